@@ -1,0 +1,3 @@
+from jingpai.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""Corpus readers, dictionary-augmented documents and bulk indexing into indices jingpai owns."""

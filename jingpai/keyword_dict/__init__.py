@@ -1,0 +1,1 @@
+"""Domain keyword dictionaries: new-word discovery (PMI + entropy), diff-idf scoring, segmentation."""

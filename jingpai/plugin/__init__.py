@@ -1,0 +1,1 @@
+"""The `_search` gateway and native engine integrations."""

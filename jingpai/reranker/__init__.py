@@ -1,0 +1,1 @@
+"""Matching models, training, evaluation and the rerank service."""

@@ -1,0 +1,1 @@
+"""The demo page served by the gateway."""

@@ -1,0 +1,71 @@
+"""Shared fixtures: real Elasticsearch and OpenSearch nodes, started once per test session.
+
+Set ``JINGPAI_TEST_OPENSEARCH_URL`` / ``JINGPAI_TEST_ELASTICSEARCH_URL`` to reuse nodes you already
+run (``jingpai engine up``) and skip the start-up while iterating locally.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from jingpai.engine import harness
+from jingpai.engine.client import Engine, connect
+
+SHARED_DATA = Path(os.environ.get("JINGPAI_DATA_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """``../shared/data`` (or ``JINGPAI_DATA_DIR``); tests that need it skip with the reason when absent."""
+    if not SHARED_DATA.exists():
+        pytest.skip(f"shared data not found at {SHARED_DATA}; set JINGPAI_DATA_DIR")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def engine_urls() -> Iterator[dict[str, str]]:
+    """``{kind: url}`` for both engines; starts the ones not given by env, in parallel, and stops them after."""
+    urls: dict[str, str] = {}
+    launched: list[tuple[harness.EngineSettings, object]] = []
+    for kind in harness.ENGINE_KINDS:
+        given = os.environ.get(f"JINGPAI_TEST_{kind.upper()}_URL")
+        if given:
+            urls[kind] = given
+            continue
+        settings = harness.EngineSettings(kind=kind, port=harness.free_port())
+        launched.append((settings, harness.launch(settings)))
+    try:
+        for settings, proc in launched:
+            node = harness.wait(settings, proc)
+            urls[settings.kind] = node.url
+        yield urls
+    finally:
+        for settings, _ in launched:
+            harness.stop(settings, purge=True)
+
+
+@pytest.fixture(scope="session")
+def engines(engine_urls: dict[str, str]) -> Iterator[dict[str, Engine]]:
+    clients = {kind: connect(url) for kind, url in engine_urls.items()}
+    yield clients
+    for client in clients.values():
+        client.close()
+
+
+@pytest.fixture(params=harness.ENGINE_KINDS)
+def engine(request: pytest.FixtureRequest, engines: dict[str, Engine]) -> Engine:
+    """Each engine test runs once on OpenSearch and once on Elasticsearch."""
+    return engines[request.param]
+
+
+@pytest.fixture
+def index_name(engine: Engine) -> Iterator[str]:
+    """A fresh index name, deleted (with anything matching its prefix) after the test."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    yield name
+    engine.raw.indices.delete(index=f"{name}*")
