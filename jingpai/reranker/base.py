@@ -1,0 +1,221 @@
+"""The API every reranking model shares, shaped like sentence-transformers' ``CrossEncoder``.
+
+A model file (``jingpai/reranker/models/<name>.py``) subclasses :class:`Reranker`, implements
+:meth:`Reranker.featurize` (texts → tensors), :meth:`Reranker.scores` (tensors → one relevance score
+per pair, higher = more relevant) and :meth:`Reranker.loss`, and registers itself by name in
+:mod:`jingpai.reranker.registry`. Everything else — batching, ``predict``, ``rank``, ``save`` /
+``load`` — lives here once.
+
+Saved layout (``save(dir)``)::
+
+    dir/jingpai_model.json   {"architecture": name, "config": {...}, "keyword_dict_version": ..., "jingpai_version": ...}
+    dir/model.pt             state_dict of :attr:`Reranker.net`
+    dir/...                  whatever :meth:`Reranker.save_assets` writes (tokenizer, vocab, word vectors)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, ClassVar, TypedDict
+
+import numpy as np
+import torch
+
+from jingpai import __version__
+
+logger = logging.getLogger(__name__)
+
+MODEL_FILE = "jingpai_model.json"
+WEIGHTS_FILE = "model.pt"
+
+Pair = tuple[str, str]
+
+
+class RankResult(TypedDict, total=False):
+    """One ranked document: ``index`` into the input list, ``score``, and ``text`` when asked for."""
+
+    index: int
+    score: float
+    text: str
+
+
+class ModelLoadError(RuntimeError):
+    """A saved model directory is missing, incomplete or names an unknown architecture."""
+
+
+@dataclass(frozen=True)
+class RerankerConfig:
+    """Base for each architecture's frozen config dataclass (stored as JSON with the weights)."""
+
+    max_length: int = 256
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RerankerConfig:
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ModelLoadError(f"unknown {cls.__name__} fields {unknown}; expected some of {sorted(known)}")
+        return cls(**data)
+
+
+class Reranker(ABC):
+    """A (query, document) relevance model.
+
+    Subclasses set :attr:`name` and :attr:`config_class`, build :attr:`net` (a ``torch.nn.Module``) in
+    ``__init__``, and implement :meth:`featurize`, :meth:`scores` and :meth:`loss`.
+
+    Args:
+        config: the architecture's config.
+        device: ``"cpu"``, ``"cuda"``, … (``None``: CUDA when available, else CPU).
+
+    Example:
+        >>> model = registry.create("cross", base="path/to/minilm")      # doctest: +SKIP
+        >>> model.rank("哪些因素会影响中国的GDP", ["中国GDP增长的因素", "今天天气"], top_k=1)  # doctest: +SKIP
+        [{'index': 0, 'score': 0.93}]
+    """
+
+    name: ClassVar[str]
+    config_class: ClassVar[type[RerankerConfig]] = RerankerConfig
+    #: whether ``scores`` returns a probability-like score in [0, 1] (classification heads)
+    num_labels: ClassVar[int] = 1
+
+    def __init__(self, config: RerankerConfig, *, device: str | None = None) -> None:
+        self.config = config
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.keyword_dict_version: str | None = None
+        self.net: torch.nn.Module
+
+    # ------------------------------------------------------------------ to implement
+
+    @abstractmethod
+    def featurize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
+        """Turn text pairs into the input tensors of :attr:`net` (on CPU; moved to the device later)."""
+
+    @abstractmethod
+    def scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One float relevance score per pair, shape ``[B]``; higher = more relevant."""
+
+    @abstractmethod
+    def loss(self, batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+        """Training loss for a featurized batch and its labels (0/1, or graded levels)."""
+
+    def save_assets(self, directory: Path) -> None:
+        """Write tokenizer / vocabulary / other files needed to rebuild the model (not the weights)."""
+
+    @classmethod
+    def from_assets(cls, config: RerankerConfig, directory: Path, *, device: str | None = None) -> Reranker:
+        """Rebuild an untrained model from its config and the files :meth:`save_assets` wrote."""
+        return cls(config, device=device)
+
+    # ------------------------------------------------------------------ shared API
+
+    def to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+
+    @torch.inference_mode()
+    def predict(
+        self,
+        pairs: Sequence[Pair],
+        *,
+        batch_size: int = 32,
+        autocast_dtype: torch.dtype | None = None,
+    ) -> np.ndarray:
+        """Score ``(query, document)`` pairs.
+
+        Args:
+            pairs: text pairs.
+            batch_size: pairs per forward pass (pairs are sorted by length to cut padding).
+            autocast_dtype: e.g. ``torch.bfloat16`` to run under autocast; ``None`` runs in fp32.
+
+        Returns:
+            ``float32`` array of shape ``[len(pairs)]`` in input order.
+        """
+        if isinstance(pairs, tuple) and len(pairs) == 2 and all(isinstance(p, str) for p in pairs):
+            raise TypeError("predict() takes a list of (query, document) pairs, not a single pair")
+        self.net.eval()
+        order = sorted(range(len(pairs)), key=lambda i: len(pairs[i][0]) + len(pairs[i][1]))
+        out = np.empty(len(pairs), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            batch = self.to_device(self.featurize([pairs[i] for i in idx]))
+            with torch.autocast(self.device.type, dtype=autocast_dtype or torch.bfloat16, enabled=autocast_dtype is not None):
+                s = self.scores(batch)
+            out[idx] = s.float().cpu().numpy()
+        return out
+
+    def rank(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        top_k: int | None = None,
+        return_documents: bool = False,
+        batch_size: int = 32,
+    ) -> list[RankResult]:
+        """Score every document against ``query`` and return them best first.
+
+        Returns:
+            ``[{"index": i, "score": s, "text"?: doc}, …]`` sorted by descending score, cut to ``top_k``.
+        """
+        scores = self.predict([(query, doc) for doc in documents], batch_size=batch_size)
+        order = np.argsort(-scores, kind="stable")
+        if top_k is not None:
+            order = order[:top_k]
+        results: list[RankResult] = []
+        for i in order:
+            rec: RankResult = {"index": int(i), "score": float(scores[i])}
+            if return_documents:
+                rec["text"] = documents[i]
+            results.append(rec)
+        return results
+
+    def save(self, directory: str | Path) -> Path:
+        """Write config, weights and assets to ``directory`` (created if needed)."""
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        meta = {
+            "architecture": self.name,
+            "config": self.config.to_dict(),
+            "keyword_dict_version": self.keyword_dict_version,
+            "jingpai_version": __version__,
+        }
+        (path / MODEL_FILE).write_text(json.dumps(meta, ensure_ascii=False, indent=2))
+        torch.save(self.net.state_dict(), path / WEIGHTS_FILE)
+        self.save_assets(path)
+        return path
+
+    @classmethod
+    def load(cls, directory: str | Path, *, device: str | None = None) -> Reranker:
+        """Load any saved model; the architecture is read from ``jingpai_model.json``.
+
+        Raises:
+            ModelLoadError: the directory lacks the files or names an unknown architecture.
+        """
+        from jingpai.reranker import registry
+
+        path = Path(directory)
+        meta_file = path / MODEL_FILE
+        if not meta_file.exists():
+            raise ModelLoadError(f"{path} is not a saved jingpai model: {MODEL_FILE} is missing")
+        meta = json.loads(meta_file.read_text())
+        model_cls = registry.get(meta["architecture"])
+        if cls is not Reranker and not issubclass(model_cls, cls):
+            raise ModelLoadError(f"{path} holds a {meta['architecture']!r} model, not {cls.name!r}")
+        config = model_cls.config_class.from_dict(meta["config"])
+        model = model_cls.from_assets(config, path, device=device)
+        state = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
+        model.net.load_state_dict(state)
+        model.net.to(model.device)
+        model.keyword_dict_version = meta.get("keyword_dict_version")
+        return model
+
+
+__all__ = ["ModelLoadError", "Pair", "RankResult", "Reranker", "RerankerConfig"]

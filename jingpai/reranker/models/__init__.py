@@ -1,0 +1,1 @@
+"""One module per architecture; see jingpai.reranker.registry."""
