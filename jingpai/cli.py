@@ -17,11 +17,25 @@ from jingpai import __version__
 #: sub-command name -> "module:attribute" of its click command or group.
 COMMANDS: dict[str, str] = {
     "engine": "jingpai.engine.commands:engine",
+    "dict": "jingpai.keyword_dict.commands:dict_group",
+    "index": "jingpai.indexer.commands:index",
+    "train": "jingpai.reranker.commands:train",
+    "eval": "jingpai.reranker.commands:evaluate",
+    "serve": "jingpai.reranker.service_commands:serve",
+    "gateway": "jingpai.plugin.commands:gateway",
+    "demo": "jingpai.ui.commands:demo",
 }
 
 #: one-line help per sub-command, shown by ``jingpai --help`` without importing the module.
 HELP: dict[str, str] = {
     "engine": "Start, stop and inspect a local Elasticsearch/OpenSearch node.",
+    "dict": "Build, show and compare domain keyword dictionaries (PMI new words + diff-idf).",
+    "index": "Index corpora into Elasticsearch/OpenSearch with dictionary-augmented fields.",
+    "train": "Train a reranking model (kwbert, bertca, tita, hcan, iasm, cross).",
+    "eval": "Evaluate a reranking model on labelled pairs (accuracy, MAP, MRR, P@k).",
+    "serve": "Serve a reranking model over HTTP (TEI / Cohere / OpenSearch ML conventions).",
+    "gateway": "Serve the engine's _search API with keyword augmentation and reranking.",
+    "demo": "One command: engine, dictionary, index, reranker, gateway and the demo UI.",
 }
 
 

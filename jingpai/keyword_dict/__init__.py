@@ -1,1 +1,28 @@
-"""Domain keyword dictionaries: new-word discovery (PMI + entropy), diff-idf scoring, segmentation."""
+"""Domain keyword dictionaries: PMI/entropy new-word discovery, diff-idf per domain, fusion, segmentation.
+
+Example:
+    >>> from jingpai.keyword_dict import Dictionary, extract_keywords
+    >>> d = Dictionary.from_scores({"中国": {"politics": 1.2}, "GDP": {"finance": 3.0}})
+    >>> [w for w, _ in extract_keywords("哪些因素会影响中国的GDP", d)]
+    ['GDP', '中国']
+"""
+
+from jingpai.keyword_dict.build import BuildError, BuildSettings, build_dictionary
+from jingpai.keyword_dict.dictionary import Dictionary, DictionaryError, Entry
+from jingpai.keyword_dict.discovery import Candidate, DiscoverySettings, discover
+from jingpai.keyword_dict.segment import Segmenter, extract_keywords, keyword_spans
+
+__all__ = [
+    "BuildError",
+    "BuildSettings",
+    "Candidate",
+    "Dictionary",
+    "DictionaryError",
+    "DiscoverySettings",
+    "Entry",
+    "Segmenter",
+    "build_dictionary",
+    "discover",
+    "extract_keywords",
+    "keyword_spans",
+]

@@ -12,7 +12,14 @@ if TYPE_CHECKING:
     from jingpai.reranker.base import Reranker
 
 #: architecture name -> "module:ClassName" (imported on first use)
-ARCHITECTURES: dict[str, str] = {}
+ARCHITECTURES: dict[str, str] = {
+    "cross": "jingpai.reranker.models.cross:CrossEncoderReranker",
+    "kwbert": "jingpai.reranker.models.kwbert:KeywordBertReranker",
+    "bertca": "jingpai.reranker.models.bertca:BertCAReranker",
+    "tita": "jingpai.reranker.models.tita:TitaReranker",
+    "hcan": "jingpai.reranker.models.hcan:HcanReranker",
+    "iasm": "jingpai.reranker.models.iasm:IasmReranker",
+}
 
 
 class UnknownArchitectureError(KeyError):

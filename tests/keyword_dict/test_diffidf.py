@@ -1,0 +1,71 @@
+"""diff-idf from document frequencies, and the dictionary build over real domain corpora."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from jingpai.keyword_dict import BuildError, BuildSettings, build_dictionary, extract_keywords
+from jingpai.keyword_dict.corpus import CorpusReadError, LabelledSpec, read_documents, read_labelled
+from jingpai.keyword_dict.diffidf import diff_idf, document_frequencies
+
+
+def test_formula_matches_the_paper() -> None:
+    got = diff_idf(df_domain=50, n_domain=100, df_anti=5, n_anti=900, smoothing=0.5)
+    assert got == pytest.approx(math.log(900 / 5.5) - math.log(100 / 50.5))
+    with pytest.raises(ValueError, match="smoothing λ must be > 0, got 0"):
+        diff_idf(1, 1, 1, 1, smoothing=0)
+
+
+def test_document_frequency_counts_documents_on_unit_boundaries() -> None:
+    df, n = document_frequencies(["GDP增长GDP", "GDPR法规", "中国GDP"], ["GDP", "中国", "增长"])
+    assert n == 3
+    assert df == {"GDP": 2, "增长": 1, "中国": 1}
+
+
+def test_domain_word_scores_high_and_shared_word_low() -> None:
+    fin = ["基金净值上涨", "基金经理调仓", "今天基金大涨", "市场很好"] * 3
+    spo = ["球队客场取胜", "球队主场失利", "今天球队训练", "市场很好"] * 3
+    d = build_dictionary({"finance": fin, "sports": spo}, settings=BuildSettings(min_score=0.5, min_df=2))
+    assert "基金" in d.domain_words("finance")
+    assert "球队" in d.domain_words("sports")
+    assert "市场" not in d  # equally common in both domains: diff-idf 0
+    assert d.params["smoothing"] == 1.0
+
+
+def test_build_needs_an_anti_domain() -> None:
+    with pytest.raises(BuildError, match="give at least two domains or a background corpus \\(got only 'finance'\\)"):
+        build_dictionary({"finance": ["基金"]})
+    with pytest.raises(BuildError, match="domain 'sports' has no documents"):
+        build_dictionary({"finance": ["基金"], "sports": []})
+
+
+def test_thucnews_dictionary_finds_the_papers_keywords(shared_data: Path) -> None:
+    base = shared_data / "zh/thucnews_titles"
+    domains = read_labelled(base / "part1.tsv", LabelledSpec(label_column=1, text_column=0, label_names=base / "classes.txt"))
+    assert set(domains) == set((base / "classes.txt").read_text().split())
+    d = build_dictionary(domains)
+    words = [w for w, _ in extract_keywords("哪些因素会影响中国的GDP", d)]
+    assert "GDP" in words and "中国" in words
+    assert d.domain_words("sports")[:50].count("巴萨") == 1
+    assert "stocks" in d.domains("GDP")
+    assert d.stats["domains"]["sports"]["docs"] == 1000
+
+
+def test_corpus_readers_name_the_bad_line(tmp_path: Path) -> None:
+    bad = tmp_path / "a.jsonl"
+    bad.write_text('{"text": "一"}\n{"title": "二"}\n', encoding="utf-8")
+    with pytest.raises(CorpusReadError, match=r"a.jsonl:2: expected a string in field\(s\) text"):
+        list(read_documents(bad))
+    tsv = tmp_path / "l.tsv"
+    tsv.write_text("体育\t湖人赢球\n只有一列\n", encoding="utf-8")
+    with pytest.raises(CorpusReadError, match=r"l.tsv:2: expected at least 2 tab-separated columns"):
+        read_labelled(tsv)
+    names = tmp_path / "names.txt"
+    names.write_text("finance\nsports\n")
+    ids = tmp_path / "ids.tsv"
+    ids.write_text("基金\t0\n球队\t7\n", encoding="utf-8")
+    with pytest.raises(CorpusReadError, match=r"ids.tsv:2: label '7' is not an id 0..1"):
+        read_labelled(ids, LabelledSpec(label_column=1, text_column=0, label_names=names))
