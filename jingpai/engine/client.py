@@ -83,11 +83,17 @@ class Engine:
         if info.kind == "elasticsearch":
             from elasticsearch import Elasticsearch, helpers
 
-            self.raw = Elasticsearch(info.url, request_timeout=timeout_s, headers=headers or {})
+            self.raw = Elasticsearch(
+                info.url, request_timeout=timeout_s, headers=headers or {}, max_retries=3, retry_on_timeout=True,
+                retry_on_status=(502, 503, 504),
+            )
         else:
             from opensearchpy import OpenSearch, helpers
 
-            self.raw = OpenSearch([info.url], timeout=timeout_s, headers=headers or {})
+            self.raw = OpenSearch(
+                [info.url], timeout=timeout_s, headers=headers or {}, max_retries=3, retry_on_timeout=True,
+                retry_on_status=(502, 503, 504),
+            )
         self._helpers = helpers
 
     @property
@@ -107,6 +113,23 @@ class Engine:
 
     def close(self) -> None:
         self.raw.close()
+
+    def is_transient(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is worth retrying: connection failure, timeout, 429 or 5xx."""
+        if self.kind == "elasticsearch":
+            from elastic_transport import ConnectionError as TransportConnectionError
+            from elasticsearch import ApiError
+
+            if isinstance(exc, TransportConnectionError):  # includes ConnectionTimeout
+                return True
+            return isinstance(exc, ApiError) and (exc.status_code == 429 or exc.status_code >= 500)
+        from opensearchpy.exceptions import ConnectionError as OSConnectionError, TransportError
+
+        if isinstance(exc, OSConnectionError):
+            return True
+        return isinstance(exc, TransportError) and isinstance(exc.status_code, int) and (
+            exc.status_code == 429 or exc.status_code >= 500
+        )
 
     # ------------------------------------------------------------------ indices
 
@@ -169,11 +192,61 @@ class Engine:
             refresh=refresh,
         )
 
+    def index_document(self, index: str, doc_id: str, document: dict, *, refresh: bool = False) -> None:
+        if self.kind == "elasticsearch":
+            self.raw.index(index=index, id=doc_id, document=document, refresh=refresh)
+        else:
+            self.raw.index(index=index, id=doc_id, body=document, refresh=refresh)
+
+    # ------------------------------------------------------------------ aliases and capabilities
+
+    def indices(self, pattern: str) -> dict[str, int]:
+        """``{physical index: doc count}`` for indices matching ``pattern`` (empty when none)."""
+        rows = self.raw.cat.indices(index=pattern, format="json", h="index,docs.count")
+        if isinstance(rows, dict) and rows.get("status") == 404:
+            return {}
+        return {row["index"]: int(row.get("docs.count") or 0) for row in rows}
+
+    def alias_targets(self, alias: str) -> list[str]:
+        """Physical indices behind ``alias`` (empty if the alias does not exist)."""
+        if not self.raw.indices.exists_alias(name=alias):
+            return []
+        return sorted(self.raw.indices.get_alias(name=alias))
+
+    def swap_alias(self, alias: str, new_index: str) -> None:
+        """Point ``alias`` at ``new_index`` only, atomically (one ``_aliases`` request)."""
+        actions: list[dict] = [{"remove": {"index": old, "alias": alias}} for old in self.alias_targets(alias) if old != new_index]
+        actions.append({"add": {"index": new_index, "alias": alias}})
+        if self.kind == "elasticsearch":
+            self.raw.indices.update_aliases(actions=actions)
+        else:
+            self.raw.indices.update_aliases(body={"actions": actions})
+
+    def modules(self) -> set[str]:
+        """Names of the modules and plugins installed on the (first) node, e.g. ``mapper-extras``."""
+        info = self.raw.nodes.info(node_id="_local", metric="plugins")
+        node = next(iter(info["nodes"].values()))
+        return {m["name"] for m in node.get("modules", [])} | {p["name"] for p in node.get("plugins", [])}
+
     def search(self, index: str, body: dict, **params: Any) -> dict:
         """Run a search with a full request body; return the response as a dict."""
         if self.kind == "elasticsearch":
             return dict(self.raw.search(index=index, body=body, **params))
         return dict(self.raw.search(index=index, body=body, params=params or None))
+
+    def request(self, method: str, path: str, body: dict | None = None) -> dict:
+        """A raw REST call (for APIs the clients do not wrap alike, e.g. ML Commons or ``_inference``).
+
+        Raises:
+            The official client's API error for non-2xx answers (its ``status_code``/``meta.status``
+            and message carry the engine's error).
+        """
+        if self.kind == "elasticsearch":
+            headers = {"accept": "application/json", "content-type": "application/json"}
+            resp = self.raw.perform_request(method, path, body=body, headers=headers if body is not None else {"accept": "application/json"})
+            return dict(resp.body) if isinstance(resp.body, dict) else {"response": resp.body}
+        resp = self.raw.transport.perform_request(method, path, body=body)
+        return dict(resp) if isinstance(resp, dict) else {"response": resp}
 
 
 def connect(url: str, *, timeout_s: float = 30.0, headers: dict[str, str] | None = None) -> Engine:

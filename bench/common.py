@@ -1,0 +1,39 @@
+"""Shared benchmark plumbing: data location, a local engine, a one-line machine description."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+from collections.abc import Iterator
+from pathlib import Path
+
+from jingpai.engine import harness
+
+DATA_DIR = Path(os.environ.get("JINGPAI_DATA_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+@contextlib.contextmanager
+def local_engine(kind: harness.EngineKind, url: str | None = None) -> Iterator[str]:
+    """Yield an engine URL: ``url`` if given, else a fresh local node that is stopped afterwards."""
+    if url:
+        yield url
+        return
+    settings = harness.EngineSettings(kind=kind, port=harness.free_port())
+    node = harness.start(settings)
+    try:
+        yield node.url
+    finally:
+        harness.stop(settings, purge=True)

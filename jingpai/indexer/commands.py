@@ -1,0 +1,121 @@
+"""``jingpai index PATH… --index NAME`` plus ``jingpai index status|prune NAME``."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from jingpai.engine.client import EngineConnectionError, connect
+from jingpai.indexer.readers import FORMATS, CorpusError
+from jingpai.indexer.versions import IndexVersionError
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_ENGINE = "http://127.0.0.1:9200"
+
+
+class _DefaultToRun(click.Group):
+    """``jingpai index FILE…`` runs indexing; ``status`` / ``prune`` are sub-commands."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        if args and args[0] in self.commands:
+            return super().resolve_command(ctx, args)
+        return "run", self.commands["run"], args
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_usage("jingpai index", "PATH... --index NAME [OPTIONS] | status NAME | prune NAME")
+
+
+_engine_opt = click.option(
+    "--engine", "engine_url", default=DEFAULT_ENGINE, show_default=True, envvar="JINGPAI_ENGINE_URL",
+    help="Engine URL [env JINGPAI_ENGINE_URL].",
+)
+
+
+@click.group(cls=_DefaultToRun, invoke_without_command=False)
+def index() -> None:
+    """Index corpora with dictionary-augmented fields into a versioned index behind an alias."""
+
+
+@index.command(name="run")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--index", "index_name", required=True, help="Alias to index into (physical indices are NAME-<dict>-<n>).")
+@_engine_opt
+@click.option("--dict", "dict_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None, help="Dictionary directory from `jingpai dict build`.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Corpus format (default: from the file suffix).")
+@click.option("--columns", default=None, help="CSV/TSV column names, comma-separated, for files without a header row.")
+@click.option("--id-field", default=None, help="Field holding the document id (default: content hash).")
+@click.option("--text-fields", default="title,content", show_default=True, help="Comma-separated text fields.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=500, show_default=True)
+@click.option("--max-doc-bytes", type=click.IntRange(min=1), default=5_000_000, show_default=True)
+@click.option("--keywords", "keywords_top_k", type=click.IntRange(min=0), default=20, show_default=True, help="Keywords kept per document.")
+@click.option("--quarantine-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
+@click.option("--rebuild", is_flag=True, help="Build a new physical index even if one exists for this dictionary.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def run(paths, index_name, engine_url, dict_dir, fmt, columns, id_field, text_fields, batch_size, max_doc_bytes,
+        keywords_top_k, quarantine_dir, rebuild, no_progress) -> None:
+    """Index PATH… into --index."""
+    from jingpai.indexer.pipeline import IndexingError, IndexSettings, index_corpus
+
+    try:
+        settings = IndexSettings(
+            index=index_name,
+            text_fields=tuple(f.strip() for f in text_fields.split(",") if f.strip()),
+            id_field=id_field,
+            fmt=fmt,
+            columns=tuple(c.strip() for c in columns.split(",")) if columns else None,
+            batch_size=batch_size,
+            max_doc_bytes=max_doc_bytes,
+            keywords_top_k=keywords_top_k,
+            quarantine_dir=quarantine_dir,
+            rebuild=rebuild,
+            progress=not no_progress,
+        )
+        dictionary = None
+        if dict_dir is not None:
+            from jingpai.keyword_dict import Dictionary
+
+            dictionary = Dictionary.load(dict_dir)
+        engine = connect(engine_url)
+        report = index_corpus(engine, paths, settings, dictionary=dictionary)
+    except (ValueError, CorpusError, IndexVersionError, IndexingError, EngineConnectionError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(report.summary())
+    if report.rejected:
+        reasons = ", ".join(f"{k} ×{v}" for k, v in sorted(report.reasons.items()))
+        click.echo(f"{report.rejected} rejected records written to {report.quarantine_file} ({reasons})")
+
+
+@index.command()
+@click.argument("name")
+@_engine_opt
+def status(name: str, engine_url: str) -> None:
+    """List the physical versions of index NAME and which one the alias serves."""
+    from jingpai.indexer.versions import list_versions
+
+    try:
+        versions = list_versions(connect(engine_url), name)
+    except EngineConnectionError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if not versions:
+        raise click.ClickException(f"no jingpai index versions named {name}-<dict>-<n> at {engine_url}")
+    for v in versions:
+        marker = "*" if v.aliased else " "
+        click.echo(f"{marker} {v.name:<40} dict {v.dict_version:<13} docs {v.docs}")
+
+
+@index.command()
+@click.argument("name")
+@_engine_opt
+@click.option("--keep", type=click.IntRange(min=0), default=0, show_default=True, help="Idle versions to keep.")
+def prune(name: str, engine_url: str, keep: int) -> None:
+    """Delete physical versions of NAME that the alias no longer serves."""
+    from jingpai.indexer.versions import delete_old_versions
+
+    try:
+        deleted = delete_old_versions(connect(engine_url), name, keep=keep)
+    except (EngineConnectionError, IndexVersionError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo("deleted: " + (", ".join(deleted) if deleted else "nothing"))

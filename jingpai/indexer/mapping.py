@@ -1,0 +1,150 @@
+"""The mapping jingpai owns, and the ``_meta`` record that tells other components which field plays which role.
+
+For each configured text field ``f`` the index holds:
+
+- ``f`` — the raw text, engine ``standard`` analyzer (splits Han text into characters, so queries sent
+  straight to the engine still match);
+- ``jingpai.seg.f`` — the dictionary segmentation, whitespace-analyzed;
+
+and once per document:
+
+- ``jingpai.keywords`` — the document's dictionary keywords (``keyword`` type, for filters/terms/aggs);
+- ``jingpai.kw`` — keyword weights (diff-idf × tf). ``rank_features`` when the engine has the
+  ``mapper-extras`` module; otherwise (integ-test distributions) a whitespace text field where each keyword is
+  repeated 1–:data:`TF_SCALE` times in proportion to its weight, so BM25's tf carries the weight;
+- ``jingpai.entity_scores`` — room for per-entity model relevance written later by the reranker
+  (``rank_features``, or ``nested`` ``{entity, score}`` without mapper-extras).
+
+``_meta.jingpai`` records all of this plus the dictionary and jingpai versions; :func:`read_meta`
+gives it back to the gateway.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from jingpai import __version__
+from jingpai.engine.client import Engine
+
+logger = logging.getLogger(__name__)
+
+META_KEY = "jingpai"
+SCHEMA_VERSION = 1
+TF_SCALE = 10
+
+WeightEncoding = Literal["rank_features", "term_frequency"]
+EntityEncoding = Literal["rank_features", "nested"]
+
+
+class NotAJingpaiIndexError(LookupError):
+    """The index exists but was not built by ``jingpai index`` (no ``_meta.jingpai``)."""
+
+
+@dataclass(frozen=True)
+class IndexMeta:
+    """Which field plays which role in an index built by jingpai (stored in the mapping's ``_meta``)."""
+
+    text_fields: tuple[str, ...]
+    dict_version: str | None
+    weight_encoding: WeightEncoding
+    entity_encoding: EntityEncoding
+    id_field: str | None = None
+    jingpai_version: str = __version__
+    schema: int = SCHEMA_VERSION
+    keywords_field: str = "jingpai.keywords"
+    weights_field: str = "jingpai.kw"
+    entity_field: str = "jingpai.entity_scores"
+    seg_fields: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.seg_fields:
+            object.__setattr__(self, "seg_fields", {f: f"jingpai.seg.{f}" for f in self.text_fields})
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["text_fields"] = list(self.text_fields)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> IndexMeta:
+        data = dict(data)
+        data["text_fields"] = tuple(data["text_fields"])
+        return cls(**data)
+
+
+def engine_encodings(engine: Engine) -> tuple[WeightEncoding, EntityEncoding]:
+    """``rank_features`` when the engine has ``mapper-extras``; the core-only fallbacks otherwise."""
+    if "mapper-extras" in engine.modules():
+        return "rank_features", "rank_features"
+    logger.info(
+        "%s at %s has no mapper-extras module (rank_features): keyword weights use term-frequency encoding, "
+        "entity scores a nested field",
+        engine.kind,
+        engine.url,
+    )
+    return "term_frequency", "nested"
+
+
+def build_mapping(meta: IndexMeta) -> dict:
+    """The full ``mappings`` body for a new physical index."""
+    seg = {f: {"type": "text", "analyzer": "whitespace"} for f in meta.text_fields}
+    if meta.weight_encoding == "rank_features":
+        kw: dict = {"type": "rank_features"}
+    else:
+        kw = {"type": "text", "analyzer": "whitespace", "index_options": "freqs", "norms": False}
+    if meta.entity_encoding == "rank_features":
+        entities: dict = {"type": "rank_features"}
+    else:
+        entities = {"type": "nested", "properties": {"entity": {"type": "keyword"}, "score": {"type": "float"}}}
+    return {
+        "_meta": {META_KEY: meta.to_dict()},
+        "properties": {
+            **{f: {"type": "text", "analyzer": "standard"} for f in meta.text_fields},
+            META_KEY: {
+                "properties": {
+                    "seg": {"properties": seg},
+                    "keywords": {"type": "keyword"},
+                    "kw": kw,
+                    "entity_scores": entities,
+                }
+            },
+        },
+    }
+
+
+def encode_weights(weights: dict[str, float], encoding: WeightEncoding) -> dict[str, float] | str:
+    """Keyword weights in the shape the weights field stores them."""
+    clean = {word.replace(" ", "_"): w for word, w in weights.items() if w > 0}
+    if encoding == "rank_features":
+        # rank_features keys may not contain dots (they would become object paths)
+        return {word.replace(".", "_"): w for word, w in clean.items()}
+    if not clean:
+        return ""
+    top = max(clean.values())
+    return " ".join(" ".join([word] * max(1, round(TF_SCALE * w / top))) for word, w in clean.items())
+
+
+def read_meta(engine: Engine, index: str) -> IndexMeta:
+    """The :class:`IndexMeta` of an index or alias (the newest physical index if several).
+
+    Raises:
+        NotAJingpaiIndexError: the index has no ``_meta.jingpai``.
+    """
+    mappings = engine.get_mapping(index)
+    for physical in sorted(mappings, reverse=True):
+        meta = (mappings[physical].get("mappings") or {}).get("_meta", {}).get(META_KEY)
+        if meta:
+            return IndexMeta.from_dict(meta)
+    raise NotAJingpaiIndexError(f"index {index!r} was not built by `jingpai index` (no _meta.{META_KEY} in its mapping)")
+
+
+__all__ = [
+    "IndexMeta",
+    "NotAJingpaiIndexError",
+    "build_mapping",
+    "encode_weights",
+    "engine_encodings",
+    "read_meta",
+]
