@@ -7,7 +7,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import rjieba
 
@@ -16,32 +16,59 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+Backend = Literal["rjieba", "jieba"]
+BACKENDS: tuple[Backend, ...] = ("rjieba", "jieba")
+
 
 class Segmenter:
-    """Word segmentation with rjieba's dictionary plus a jingpai dictionary's words.
+    """Word segmentation with jieba's dictionary plus a jingpai dictionary's words.
 
-    HMM is off: rjieba then gives exactly jieba's tokens, and unknown words come from the dictionary
-    rather than from guesses that differ between index time and query time.
+    Two backends load the same dictionary: ``rjieba`` (default, Rust, many times faster) and ``jieba``
+    (the reference). With HMM off — the default for indexing and queries, so the same text always gives
+    the same tokens and new words come from the learned dictionary rather than from guesses — both give
+    identical tokens.
 
     Args:
-        dictionary: words to keep whole (``None``: rjieba's own dictionary only).
+        dictionary: words to keep whole (``None``: jieba's own dictionary only).
+        backend: ``rjieba`` or ``jieba``.
+        hmm: let the HMM guess unknown words (backends then differ slightly).
 
     Example:
         >>> Segmenter().cut("哪些因素会影响中国的GDP")
         ['哪些', '因素', '会', '影响', '中国', '的', 'GDP']
     """
 
-    def __init__(self, dictionary: Dictionary | None = None) -> None:
+    def __init__(self, dictionary: Dictionary | None = None, *, backend: Backend = "rjieba", hmm: bool = False) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"unknown segmenter backend {backend!r}; expected one of {', '.join(BACKENDS)}")
         self.dictionary = dictionary
-        self._jieba = rjieba.Jieba()
-        if dictionary is not None:
-            for line in dictionary.userdict_lines():
-                word, freq, tag = line.split(" ")
-                self._jieba.add_word(word, int(freq), tag)
+        self.backend = backend
+        self.hmm = hmm
+        words = [line.split(" ") for line in dictionary.userdict_lines()] if dictionary is not None else []
+        # Only words the base dictionary lacks are added: re-adding a known word would overwrite its
+        # frequency (汽车 from tens of thousands down to ours) and the two backends book such overwrites
+        # into their totals differently, which makes them disagree on unrelated close calls.
+        if backend == "rjieba":
+            self._rjieba = rjieba.Jieba()
+            for word, freq, tag in words:
+                if not self._rjieba.has_word(word):
+                    self._rjieba.add_word(word, int(freq), tag)
+        else:
+            import jieba
+
+            self._jieba = jieba.Tokenizer()
+            self._jieba.initialize()
+            for word, freq, tag in words:
+                if not self._jieba.FREQ.get(word):
+                    self._jieba.add_word(word, int(freq), tag)
 
     def cut(self, text: str) -> list[str]:
         """Tokens of ``text`` without whitespace-only tokens."""
-        return [t for t in self._jieba.cut(text, hmm=False) if t.strip()]
+        if self.backend == "rjieba":
+            tokens = self._rjieba.cut(text, hmm=self.hmm)
+        else:
+            tokens = self._jieba.lcut(text, HMM=self.hmm)
+        return [t for t in tokens if t.strip()]
 
 
 @lru_cache(maxsize=8)

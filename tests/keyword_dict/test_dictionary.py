@@ -35,13 +35,26 @@ def test_userdict_is_a_valid_jieba_dictionary(tmp_path: Path, small: Dictionary)
     assert "风光360" in tok.lcut("风光360发布新车", HMM=False)
 
 
-def test_rjieba_segmenter_matches_jieba_with_the_dictionary(tmp_path: Path, small: Dictionary) -> None:
-    small.save(tmp_path / "d")
-    tok = jieba.Tokenizer()
-    tok.load_userdict(str(tmp_path / "d/userdict.txt"))
+def test_backends_agree_and_dictionary_words_stay_whole(small: Dictionary) -> None:
     text = "风光360发布新车，360公司股价大涨，中国GDP增长"
-    assert Segmenter(small).cut(text) == [t for t in tok.lcut(text, HMM=False) if t.strip()]
+    tokens = Segmenter(small).cut(text)
+    assert tokens == Segmenter(small, backend="jieba").cut(text)
+    assert "风光360" in tokens and "360公司" in tokens
     assert "风光360" not in Segmenter().cut(text)
+    with pytest.raises(ValueError, match="unknown segmenter backend 'ik'; expected one of rjieba, jieba"):
+        Segmenter(small, backend="ik")  # type: ignore[arg-type]
+
+
+def test_backends_identical_on_real_news_with_learned_dictionary(shared_data: Path) -> None:
+    from jingpai.keyword_dict import build_dictionary
+    from jingpai.keyword_dict.corpus import LabelledSpec, read_labelled
+
+    base = shared_data / "zh/thucnews_titles"
+    learned = build_dictionary(read_labelled(base / "part1.tsv", LabelledSpec(1, 0, base / "classes.txt")))
+    docs = [line.split("\t", 1)[1] for line in (shared_data / "zh/cnews_sample/docs.tsv").read_text(encoding="utf-8").splitlines()[::4]]
+    fast, ref = Segmenter(learned), Segmenter(learned, backend="jieba")
+    differing = [i for i, doc in enumerate(docs) if fast.cut(doc) != ref.cut(doc)]
+    assert len(docs) == 250 and differing == []
 
 
 def test_extract_keywords_weights_by_score_and_tf(small: Dictionary) -> None:
