@@ -10,10 +10,13 @@ number of documents, ``d`` the domain corpus and *anti* every other domain (or a
 from __future__ import annotations
 
 import math
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
-from jingpai.keyword_dict.text import segments, units
+import numpy as np
+
+from jingpai.keyword_dict.ngrams import UnitCodec, hash_rows, window_keys
+from jingpai.keyword_dict.text import units
 
 
 def document_frequencies(docs: Iterable[str], vocabulary: Iterable[str]) -> tuple[Counter[str], int]:
@@ -21,22 +24,43 @@ def document_frequencies(docs: Iterable[str], vocabulary: Iterable[str]) -> tupl
 
     Words are matched on unit boundaries, so ``GDP`` does not match inside ``GDPR``.
     """
-    vocab = {tuple(units(w)): w for w in vocabulary}
-    vocab.pop((), None)
-    lengths = sorted({len(k) for k in vocab})
-    df: Counter[str] = Counter()
-    n_docs = 0
-    for doc in docs:
-        n_docs += 1
-        seen: set[str] = set()
-        for seg in segments(doc):
-            for n in lengths:
-                for i in range(len(seg) - n + 1):
-                    word = vocab.get(tuple(seg[i : i + n]))
-                    if word is not None:
-                        seen.add(word)
-        df.update(seen)
+    ((df, n_docs),) = grouped_document_frequencies([docs], vocabulary)
     return df, n_docs
+
+
+def grouped_document_frequencies(
+    groups: Sequence[Iterable[str]], vocabulary: Iterable[str]
+) -> list[tuple[Counter[str], int]]:
+    """:func:`document_frequencies` for several corpora (domains) in one vectorised pass."""
+    codec = UnitCodec()
+    encoded = [codec.encode_docs(docs) for docs in groups]
+    n_docs = [n for _, _, n in encoded]
+    offsets = np.concatenate([[0], np.cumsum(n_docs)])
+    ids = np.concatenate([e[0] for e in encoded])
+    # global document numbers; -1 (separators) stays -1
+    owner = np.concatenate([np.where(e[1] >= 0, e[1] + offsets[g], -1) for g, e in enumerate(encoded)])
+    group_of_doc = np.repeat(np.arange(len(groups)), n_docs)
+    by_len: dict[int, list[tuple[str, list[int]]]] = defaultdict(list)
+    for word in vocabulary:
+        parts = units(word)
+        enc = codec.encode_word(parts) if parts else None
+        if enc is not None:
+            by_len[len(parts)].append((word, enc))
+    out: list[Counter[str]] = [Counter() for _ in groups]
+    for n, items in by_len.items():
+        vocab_keys = hash_rows(np.asarray([e for _, e in items], dtype=np.int64))
+        keys, starts = window_keys(ids, n)
+        hit = np.isin(keys, vocab_keys)
+        if not hit.any():
+            continue
+        # one (word, document) pair per document however often the word occurs in it
+        pairs = np.unique(np.stack([keys[hit], owner[starts[hit]].astype(np.uint64)], axis=1), axis=0)
+        word_of = dict(zip(vocab_keys.tolist(), (w for w, _ in items)))
+        groups_of_pairs = group_of_doc[pairs[:, 1].astype(np.int64)]
+        for g in range(len(groups)):
+            found, counts = np.unique(pairs[groups_of_pairs == g, 0], return_counts=True)
+            out[g].update({word_of[k]: int(c) for k, c in zip(found.tolist(), counts.tolist())})
+    return list(zip(out, n_docs))
 
 
 def diff_idf(df_domain: int, n_domain: int, df_anti: int, n_anti: int, *, smoothing: float = 1.0) -> float:
@@ -66,4 +90,4 @@ def score_domain(
     return {w: diff_idf(df_domain[w], n_domain, df_anti[w], n_anti, smoothing=smoothing) for w in words}
 
 
-__all__ = ["diff_idf", "document_frequencies", "score_domain"]
+__all__ = ["diff_idf", "document_frequencies", "grouped_document_frequencies", "score_domain"]

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from jingpai.keyword_dict.text import is_candidate_word, segments
+import numpy as np
+
+from jingpai.keyword_dict.ngrams import Level, UnitCodec, chunks, count_level, hash_rows, merge, prune
+from jingpai.keyword_dict.text import is_candidate_word
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +36,9 @@ class DiscoverySettings:
         min_count: minimum occurrences in the corpus.
         min_pmi: minimum PMI of the weakest split (natural log).
         min_entropy: minimum of left and right neighbour entropy (nats).
+        chunk_chars: the corpus is counted in chunks of about this many characters.
+        max_table: when an n-gram table grows past this many entries, its rarest n-grams are pruned
+            (lossy counting: bounded memory, counts of very rare n-grams become approximate).
     """
 
     min_n: int = 2
@@ -41,6 +46,8 @@ class DiscoverySettings:
     min_count: int = 5
     min_pmi: float = 3.0
     min_entropy: float = 1.0
+    chunk_chars: int = 2_000_000
+    max_table: int = 4_000_000
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_n <= self.max_n:
@@ -60,30 +67,18 @@ class Candidate:
     right_entropy: float
 
 
-def _encode(docs: Iterable[str]) -> tuple[list[str], dict[str, str]]:
-    """Segments as strings of one character per unit (Latin runs → private-use characters).
-
-    Slicing plain strings is several times faster than counting tuples of units.
-    """
-    codes: dict[str, str] = {}
-    out: list[str] = []
-    for doc in docs:
-        for seg in segments(doc):
-            chars = []
-            for unit in seg:
-                if len(unit) == 1:
-                    chars.append(unit)
-                else:
-                    code = codes.get(unit)
-                    if code is None:
-                        code = codes[unit] = chr(0xF0000 + len(codes))  # supplementary private use area
-                    chars.append(code)
-            out.append("".join(chars))
-    return out, {code: unit for unit, code in codes.items()}
+def _bound(level: Level, s: DiscoverySettings, n: int) -> Level:
+    threshold = 2
+    while len(level) > s.max_table and threshold <= s.min_count:
+        before = len(level)
+        level = prune(level, threshold)
+        logger.info("pruned %d-gram table from %d to %d entries (count < %d)", n, before, len(level), threshold)
+        threshold += 1
+    return level
 
 
 def discover(docs: Iterable[str], settings: DiscoverySettings | None = None) -> list[Candidate]:
-    """Find new-word candidates in ``docs``.
+    """Find new-word candidates in ``docs`` (streamed in chunks; memory bounded by the n-gram tables).
 
     Args:
         docs: the corpus, one string per document.
@@ -98,57 +93,50 @@ def discover(docs: Iterable[str], settings: DiscoverySettings | None = None) -> 
         ['区块链']
     """
     s = settings or DiscoverySettings()
-    segs, decode = _encode(docs)
-    total_units = sum(len(seg) for seg in segs)
+    codec = UnitCodec()
+    top = s.max_n + 1  # counts up to max_n + 1 so every candidate's neighbours are known
+    levels = [Level.empty(n) for n in range(top + 1)]
+    total_units = 0
+    for batch in chunks(docs, s.chunk_chars):
+        ids, _, _ = codec.encode_docs(batch)
+        total_units += int(np.count_nonzero(ids))
+        for n in range(1, top + 1):
+            levels[n] = _bound(merge(levels[n], count_level(ids, n)), s, n)
     if total_units == 0:
         return []
-    # grams[n]: counts of n-grams, up to max_n + 1 so every candidate's neighbours are known
-    grams: list[Counter[str]] = [Counter()]
-    for n in range(1, s.max_n + 2):
-        counter: Counter[str] = Counter()
-        prev = grams[n - 1]
-        for seg in segs:
-            if len(seg) >= n:
-                counter.update(seg[i : i + n] for i in range(len(seg) - n + 1))
-        if n > 2:
-            # an n-gram is frequent only if both its (n-1)-prefix and suffix are: drop the long tail early
-            # for memory, but keep everything that extends a candidate (needed for its entropy)
-            counter = Counter({g: c for g, c in counter.items() if prev.get(g[:-1], 0) >= s.min_count or prev.get(g[1:], 0) >= s.min_count})
-        grams.append(counter)
-    logger.info("discovery: %d units, %d distinct n-grams", total_units, sum(len(g) for g in grams))
+    logger.info("discovery: %d units, %d distinct n-grams", total_units, sum(len(lv) for lv in levels))
 
     log_total = math.log(total_units)
     found: list[Candidate] = []
     for n in range(max(2, s.min_n), s.max_n + 1):
-        # sum of c·log c over right / left extensions; with boundaries counting as distinct
-        # neighbours (c = 1, c·log c = 0), H = log count − Σ c·log c / count
-        right_sum: dict[str, float] = defaultdict(float)
-        left_sum: dict[str, float] = defaultdict(float)
-        current = grams[n]
-        for g, c in grams[n + 1].items():
-            clogc = c * math.log(c)
-            if current.get(g[:-1], 0) >= s.min_count:
-                right_sum[g[:-1]] += clogc
-            if current.get(g[1:], 0) >= s.min_count:
-                left_sum[g[1:]] += clogc
-        for gram, count in current.items():
-            if count < s.min_count:
-                continue
-            log_pw = math.log(count) - log_total
-            pmi = min(
-                log_pw - (math.log(grams[k][gram[:k]]) - log_total) - (math.log(grams[n - k][gram[k:]]) - log_total)
-                for k in range(1, n)
-            )
-            if pmi < s.min_pmi:
-                continue
-            h_r = math.log(count) - right_sum.get(gram, 0.0) / count
-            h_l = math.log(count) - left_sum.get(gram, 0.0) / count
-            if min(h_l, h_r) < s.min_entropy:
-                continue
-            word = "".join(decode.get(ch, ch) for ch in gram)
-            if not is_candidate_word(word):
-                continue
-            found.append(Candidate(word, count, pmi, h_l, h_r))
+        level = levels[n]
+        mask = level.counts >= s.min_count
+        if not mask.any():
+            continue
+        units, counts = level.units[mask], level.counts[mask].astype(np.float64)
+        log_c = np.log(counts)
+        pmi = np.full(counts.shape[0], np.inf)
+        for k in range(1, n):
+            left_c = levels[k].lookup(hash_rows(units[:, :k])).astype(np.float64)
+            right_c = levels[n - k].lookup(hash_rows(units[:, k:])).astype(np.float64)
+            pmi = np.minimum(pmi, log_c + log_total - np.log(left_c) - np.log(right_c))
+        # Σ c·log c over right / left extensions; boundaries and pruned singletons are distinct
+        # neighbours with c·log c = 0, so H = log count − Σ c·log c / count
+        nxt = levels[n + 1]
+        clogc = nxt.counts * np.log(np.maximum(nxt.counts, 1))
+        sums = []
+        cand = Level(level.keys[mask], level.counts[mask], units)  # still sorted: a small table to search
+        for keys in (hash_rows(nxt.units[:, :n]), hash_rows(nxt.units[:, 1:])):
+            rows = cand.index_of(keys)
+            hit = rows >= 0
+            sums.append(np.bincount(rows[hit], weights=clogc[hit], minlength=len(cand)))
+        h_r = log_c - sums[0] / counts
+        h_l = log_c - sums[1] / counts
+        keep = np.flatnonzero((pmi >= s.min_pmi) & (np.minimum(h_l, h_r) >= s.min_entropy))
+        for i in keep:
+            word = codec.decode(units[i])
+            if is_candidate_word(word):
+                found.append(Candidate(word, int(counts[i]), float(pmi[i]), float(h_l[i]), float(h_r[i])))
     found.sort(key=lambda c: (-c.freq, c.word))
     return found
 

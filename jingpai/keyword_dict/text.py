@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from functools import lru_cache
 
 # Han (CJK unified + extension A + compatibility), or a run of ASCII/full-width letters and digits.
 _UNIT = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[A-Za-z0-9\uff10-\uff19\uff21-\uff3a\uff41-\uff5a]+")
@@ -39,6 +40,7 @@ def units(word: str) -> list[str]:
     return found if "".join(found) == word else []
 
 
+@lru_cache(maxsize=1 << 18)
 def is_candidate_word(word: str) -> bool:
     """Whether ``word`` is made of units only and is not a pure number or a single unit."""
     parts = units(word)

@@ -69,3 +69,33 @@ def test_corpus_readers_name_the_bad_line(tmp_path: Path) -> None:
     ids.write_text("基金\t0\n球队\t7\n", encoding="utf-8")
     with pytest.raises(CorpusReadError, match=r"ids.tsv:2: label '7' is not an id 0..1"):
         read_labelled(ids, LabelledSpec(label_column=1, text_column=0, label_names=names))
+
+
+def test_parallel_build_gives_the_same_dictionary(shared_data: Path) -> None:
+    base = shared_data / "zh/thucnews_titles"
+    domains = read_labelled(base / "part2.tsv", LabelledSpec(label_column=1, text_column=0, label_names=base / "classes.txt"))
+    small = {name: docs[:300] for name, docs in list(domains.items())[:3]}
+    one = build_dictionary(small, settings=BuildSettings(workers=1))
+    two = build_dictionary(small, settings=BuildSettings(workers=2))
+    assert len(one) > 50 and one.version == two.version
+    assert "workers" not in one.params
+
+
+def test_undecodable_and_empty_input_is_reported(tmp_path: Path, caplog) -> None:
+    f = tmp_path / "docs.txt"
+    f.write_bytes("基金净值\n".encode() + b"\xff\xfe bad\n" + "球队\n".encode())
+    with caplog.at_level("WARNING", logger="jingpai.keyword_dict.corpus"):
+        assert list(read_documents(f)) == ["基金净值", "球队"]
+    assert "docs.txt: skipped 1 line(s) that are not valid UTF-8: line 2" in caplog.text
+    empty = tmp_path / "empty.txt"
+    empty.write_text("")
+    with pytest.raises(CorpusReadError, match="corpus file .*empty.txt is empty"):
+        list(read_documents(empty))
+    with pytest.raises(CorpusReadError, match="corpus file .*missing.txt does not exist"):
+        list(read_documents(tmp_path / "missing.txt"))
+
+
+def test_few_documents_warn(caplog) -> None:
+    with caplog.at_level("WARNING", logger="jingpai.keyword_dict.build"):
+        build_dictionary({"finance": ["基金净值上涨"] * 3, "sports": ["球队客场取胜"] * 3}, settings=BuildSettings(min_df=1))
+    assert "domain 'finance' has only 3 documents (< 20)" in caplog.text

@@ -70,3 +70,17 @@ def test_real_news_corpus(shared_data) -> None:
     # sticky, free-edged domain words of this slice (sports / entertainment news)
     assert {"季后赛", "NBA"} & found
     assert not any(w.endswith("的") and len(w) == 2 for w in found if w in {"中国的", "我们的"})
+
+
+def test_chunked_counting_equals_one_pass_and_pruning_bounds_tables(shared_data, caplog) -> None:
+    docs = [line.split("\t", 1)[1] for line in (shared_data / "zh/cnews_sample/docs.tsv").read_text(encoding="utf-8").splitlines()[:120]]
+    whole = discover(docs)
+    chunked = discover(docs, DiscoverySettings(chunk_chars=20_000))
+    assert whole and [(c.word, c.freq) for c in chunked] == [(c.word, c.freq) for c in whole]
+    assert [c.pmi for c in chunked] == pytest.approx([c.pmi for c in whole])
+    with caplog.at_level("INFO", logger="jingpai.keyword_dict.discovery"):
+        bounded = discover(docs, DiscoverySettings(chunk_chars=20_000, max_table=20_000))
+    assert any("pruned" in r.message for r in caplog.records)
+    # lossy counting keeps the frequent words
+    top = {c.word for c in whole[:50]}
+    assert top <= {c.word for c in bounded}

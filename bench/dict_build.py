@@ -1,0 +1,44 @@
+"""Dictionary build speed: MB/s of raw text and growth with corpus size (1×, 2×, 4×), in one run.
+
+    python bench/dict_build.py [--workers N]
+
+Corpus: ../shared/data/zh/cnews_sample (10 domains by label, 2.9 MB); 2× and 4× repeat every document
+with a distinct suffix, so counts grow like a larger corpus of the same kind. Goal (issue 3):
+>= 3 MB/s on 2 cores and near-linear growth (4× data <= 4.4× time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import DATA_DIR, machine  # noqa: E402
+from jingpai.keyword_dict import BuildSettings, build_dictionary  # noqa: E402
+from jingpai.keyword_dict.corpus import read_labelled  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=os.cpu_count())
+    args = ap.parse_args()
+    base = read_labelled(DATA_DIR / "zh" / "cnews_sample" / "docs.tsv")
+    print(f"machine: {machine()}; workers {args.workers}")
+    print(f"{'corpus':<8}{'MB':>8}{'seconds':>10}{'MB/s':>8}{'time ratio':>12}{'words':>8}")
+    first = None
+    for factor in (1, 2, 4):
+        domains = {name: [f"{doc}{'' if r == 0 else f' 第{r}版'}" for r in range(factor) for doc in docs] for name, docs in base.items()}
+        mb = sum(len(d.encode("utf-8")) for docs in domains.values() for d in docs) / 1e6
+        t0 = time.perf_counter()
+        d = build_dictionary(domains, settings=BuildSettings(workers=args.workers))
+        secs = time.perf_counter() - t0
+        first = first or secs
+        print(f"{factor}x{'':<6}{mb:>8.1f}{secs:>10.2f}{mb / secs:>8.2f}{secs / first:>11.2f}x{len(d):>8}")
+
+
+if __name__ == "__main__":
+    main()
