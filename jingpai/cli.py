@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "serve": "jingpai.reranker.service_commands:serve",
     "gateway": "jingpai.plugin.commands:gateway",
     "demo": "jingpai.ui.commands:demo",
+    "plugin": "jingpai.plugin.commands:plugin_group",
 }
 
 #: one-line help per sub-command, shown by ``jingpai --help`` without importing the module.
@@ -36,6 +37,7 @@ HELP: dict[str, str] = {
     "serve": "Serve a reranking model over HTTP (TEI / Cohere / OpenSearch ML conventions).",
     "gateway": "Serve the engine's _search API with keyword augmentation and reranking.",
     "demo": "One command: engine, dictionary, index, reranker, gateway and the demo UI.",
+    "plugin": "Native engine integrations: OpenSearch rerank pipeline, Elasticsearch inference endpoint.",
 }
 
 

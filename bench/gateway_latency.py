@@ -1,0 +1,149 @@
+"""Gateway latency: direct engine vs the gateway with reranking off vs the gateway reranking the top 20,
+8 concurrent clients on loopback, in one run on the same index and queries.
+
+    python bench/gateway_latency.py [--kind opensearch|elasticsearch] [--engine URL] [--model DIR]
+                                    [--requests 400] [--concurrency 8] [--window 20]
+
+``--model`` is a saved jingpai model directory (``jingpai train`` output, e.g. the packaged MiniLM
+cross-encoder); without it a tiny random BERT is built locally, which measures the plumbing but not a
+production model's inference cost.
+
+Goals (issue 7): gateway with rerank off p50 ≤ direct + 2 ms, p99 ≤ direct + 10 ms; with rerank of the
+top 20 on CPU p50 ≤ 250 ms on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+
+from bench.common import DATA_DIR, local_engine, machine  # noqa: E402
+from jingpai.engine.client import connect  # noqa: E402
+from jingpai.indexer.pipeline import IndexSettings, index_corpus  # noqa: E402
+
+
+def corpus(out: Path) -> list[str]:
+    rows, titles = [], []
+    with (DATA_DIR / "zh" / "cnews_sample" / "docs.tsv").open(encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            label, article = line.rstrip("\n").split("\t", 1)
+            title = article.split("。")[0][:60]
+            rows.append({"id": str(i), "category": label, "title": title, "content": article[:2000]})
+            titles.append(title[:12])
+    out.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+    return titles
+
+
+failures: list[str] = []
+direct_url = ""
+
+
+def run(url: str, index: str, queries: list[str], *, n: int, concurrency: int, params: dict) -> list[float]:
+    client = httpx.Client(timeout=60, limits=httpx.Limits(max_connections=concurrency * 2))
+
+    def one(i: int) -> float:
+        body = {"query": {"match": {"content": queries[i % len(queries)]}}, "size": 10}
+        started = time.perf_counter()
+        resp = client.post(f"{url}/{index}/_search", json=body, params=params)
+        resp.raise_for_status()
+        if params.get("jingpai") is None and url != direct_url and not resp.json()["jingpai"]["reranked"]:
+            failures.append(resp.json()["jingpai"]["reason"])
+        return (time.perf_counter() - started) * 1000
+
+    for i in range(concurrency * 2):  # warm connections and caches
+        one(i)
+    with ThreadPoolExecutor(concurrency) as pool:
+        latencies = list(pool.map(one, range(n)))
+    client.close()
+    return latencies
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kind", choices=["opensearch", "elasticsearch"], default="opensearch")
+    ap.add_argument("--engine", default=None, help="use a running engine instead of starting one")
+    ap.add_argument("--model", type=Path, default=None, help="saved jingpai model dir (default: a tiny random BERT)")
+    ap.add_argument("--requests", type=int, default=400)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--window", type=int, default=20)
+    args = ap.parse_args()
+
+    from jingpai.reranker import registry
+    from jingpai.reranker.base import Reranker
+    from jingpai.reranker.service import ServiceSettings
+    from jingpai.reranker.service import create_app as create_service_app
+    from jingpai.reranker.tiny import build_tiny_checkpoint
+    from tests.plugin.conftest import ServerThread, free_port
+
+    with tempfile.TemporaryDirectory() as tmp, local_engine(args.kind, args.engine) as engine_url:
+        tmp_path = Path(tmp)
+        titles = corpus(tmp_path / "news.jsonl")
+        engine = connect(engine_url)
+        index = f"bench-gw-{int(time.time())}"
+        index_corpus(engine, [tmp_path / "news.jsonl"], IndexSettings(index=index, quarantine_dir=tmp_path, progress=False, id_field="id"))
+        engine.refresh(index)
+        if args.model:
+            model, model_desc = Reranker.load(args.model, device="cpu"), str(args.model)
+        else:
+            base = build_tiny_checkpoint(tmp_path / "tiny", titles, seed=0)
+            model, model_desc = registry.create("cross", base=str(base), max_length=128, device="cpu"), "tiny random BERT (plumbing only)"
+        service = ServerThread(create_service_app(ServiceSettings(model_name="bench", device="cpu"), model)).start()
+        # the gateway runs in its own process (as deployed), so the load generator's threads do not share its GIL
+        port = free_port()
+        gateway_proc = subprocess.Popen(
+            [sys.executable, "-m", "jingpai", "gateway", "--engine", engine_url, "--reranker", service.url, "--port", str(port),
+             "--window", str(args.window), "--timeout-ms", "10000"],
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        gateway_url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{gateway_url}/_cluster/health", timeout=2)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline or gateway_proc.poll() is not None:
+                    raise SystemExit("the gateway did not start")
+                time.sleep(0.2)
+        try:
+            global direct_url
+            direct_url = engine_url
+            kw = {"n": args.requests, "concurrency": args.concurrency}
+            direct = run(engine_url, index, titles, params={}, **kw)
+            off = run(gateway_url, index, titles, params={"jingpai": "off"}, **kw)
+            rerank = run(gateway_url, index, titles, params={}, n=max(args.requests // 4, 40), concurrency=args.concurrency)
+        finally:
+            gateway_proc.terminate()
+            gateway_proc.wait(timeout=30)
+            service.stop()
+            engine.raw.indices.delete(index=f"{index}*")
+            engine.close()
+
+    print(f"# gateway latency — {machine()}; engine {args.kind}; {args.concurrency} concurrent clients; model {model_desc}")
+    print(f"{'path':<28}{'p50 ms':>10}{'p99 ms':>10}{'Δp50 ms':>10}{'Δp99 ms':>10}{'p50 ratio':>11}")
+    d50, d99 = pct(direct, 50), pct(direct, 99)
+    for name, lat in (("direct engine", direct), ("gateway, rerank off", off), (f"gateway, rerank top {args.window}", rerank)):
+        p50, p99 = pct(lat, 50), pct(lat, 99)
+        print(f"{name:<28}{p50:>10.2f}{p99:>10.2f}{p50 - d50:>10.2f}{p99 - d99:>10.2f}{p50 / d50:>10.2f}x")
+    if failures:
+        print(f"WARNING: {len(failures)} rerank requests were not reranked: {sorted(set(failures))}")
+    print("goals: rerank off Δp50 ≤ 2 ms, Δp99 ≤ 10 ms; rerank top 20 p50 ≤ 250 ms (2-core CPU, production model)")
+
+
+if __name__ == "__main__":
+    main()

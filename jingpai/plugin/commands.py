@@ -1,0 +1,185 @@
+"""CLI: ``jingpai gateway`` (the ``_search`` gateway) and ``jingpai plugin …`` (native integrations).
+
+Settings come from, highest first: command-line options, ``JINGPAI_GATEWAY_*`` environment variables,
+the ``--config`` file (TOML/JSON, keys = :class:`~jingpai.plugin.settings.GatewaySettings` fields), the
+defaults. :func:`build_settings` is the one place that merges them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import click
+
+from jingpai.plugin.settings import GATEWAY_MODES, GatewayConfigError, GatewaySettings, load_config_file
+
+logger = logging.getLogger(__name__)
+
+ENV = "JINGPAI_GATEWAY_"
+
+#: CLI parameter name -> settings field
+_OPTION_FIELDS: dict[str, str] = {
+    "engine": "engine_url",
+    "reranker": "reranker_url",
+    "host": "host",
+    "port": "port",
+    "mode": "mode",
+    "window": "window",
+    "max_window": "max_window",
+    "rerank_fields": "rerank_fields",
+    "doc_chars": "doc_chars",
+    "timeout_ms": "timeout_ms",
+    "breaker_failures": "breaker_failures",
+    "breaker_reset_s": "breaker_reset_s",
+    "dicts": "dict_dirs",
+    "keywords_top_k": "keywords_top_k",
+    "engine_timeout_s": "engine_timeout_s",
+    "meta_ttl_s": "meta_ttl_s",
+}
+
+
+def build_settings(ctx: click.Context, values: dict[str, Any], config: Path | None) -> GatewaySettings:
+    """Merge CLI/env values over the config file over the defaults into :class:`GatewaySettings`.
+
+    Raises:
+        click.ClickException: a bad config file or setting (the message names it).
+    """
+    merged: dict[str, Any] = {}
+    try:
+        if config is not None:
+            merged.update(load_config_file(config))
+        for param, field_name in _OPTION_FIELDS.items():
+            source = ctx.get_parameter_source(param)
+            value = values.get(param)
+            explicit = source is not None and source.name in ("COMMANDLINE", "ENVIRONMENT")
+            if explicit or (field_name not in merged and value not in (None, ())):
+                merged[field_name] = value
+        if isinstance(merged.get("rerank_fields"), str):
+            merged["rerank_fields"] = tuple(f.strip() for f in merged["rerank_fields"].split(",") if f.strip())
+        if "dict_dirs" in merged:
+            merged["dict_dirs"] = tuple(Path(d) for d in merged["dict_dirs"])
+        if not merged.get("engine_url"):
+            raise click.ClickException(f"no engine URL: pass --engine URL, set {ENV}ENGINE or engine_url in --config")
+        return GatewaySettings(**merged)
+    except (GatewayConfigError, TypeError) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@click.command("gateway")
+@click.option("--engine", envvar=f"{ENV}ENGINE", metavar="URL", help="Elasticsearch/OpenSearch URL requests are forwarded to.")
+@click.option("--reranker", envvar=f"{ENV}RERANKER", metavar="URL", help="`jingpai serve` URL (TEI /rerank); omit to disable reranking.")
+@click.option("--host", envvar=f"{ENV}HOST", default="127.0.0.1", show_default=True)
+@click.option("--port", envvar=f"{ENV}PORT", type=int, default=8080, show_default=True)
+@click.option("--config", "config", envvar=f"{ENV}CONFIG", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="TOML/JSON file of GatewaySettings fields (CLI and env win).")
+@click.option("--mode", envvar=f"{ENV}MODE", type=click.Choice(GATEWAY_MODES), default="rerank", show_default=True,
+              help="Default behaviour; ?jingpai=off|augment|rerank overrides it per request.")
+@click.option("--window", envvar=f"{ENV}WINDOW", type=int, default=50, show_default=True, help="Hits reranked (at least from+size).")
+@click.option("--max-window", envvar=f"{ENV}MAX_WINDOW", type=int, default=500, show_default=True,
+              help="Requests with from+size beyond this are not reranked.")
+@click.option("--rerank-fields", envvar=f"{ENV}RERANK_FIELDS", metavar="F1,F2",
+              help="Document fields sent to the reranker (default: the index's text fields).")
+@click.option("--doc-chars", envvar=f"{ENV}DOC_CHARS", type=int, default=512, show_default=True, help="Characters of each document sent.")
+@click.option("--timeout-ms", envvar=f"{ENV}TIMEOUT_MS", type=int, default=300, show_default=True,
+              help="Reranker timeout; on timeout the engine order is served.")
+@click.option("--breaker-failures", envvar=f"{ENV}BREAKER_FAILURES", type=int, default=3, show_default=True,
+              help="Consecutive reranker failures that open the circuit breaker.")
+@click.option("--breaker-reset-s", envvar=f"{ENV}BREAKER_RESET_S", type=float, default=10.0, show_default=True,
+              help="Seconds an open breaker waits before a probe request.")
+@click.option("--dict", "dicts", envvar=f"{ENV}DICT", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Keyword dictionary directory (repeatable); an index uses the one matching its dictionary version.")
+@click.option("--keywords-top-k", envvar=f"{ENV}KEYWORDS_TOP_K", type=int, default=10, show_default=True)
+@click.option("--engine-timeout-s", envvar=f"{ENV}ENGINE_TIMEOUT_S", type=float, default=120.0, show_default=True)
+@click.option("--meta-ttl-s", envvar=f"{ENV}META_TTL_S", type=float, default=30.0, show_default=True,
+              help="Seconds an index's field roles / dictionary version are cached.")
+@click.pass_context
+def gateway(ctx: click.Context, config: Path | None, **values: Any) -> None:
+    """Serve the engine's REST API with keyword augmentation and reranking of _search / _msearch.
+
+    Point an Elasticsearch/OpenSearch client at http://HOST:PORT instead of the engine; everything
+    other than searches on jingpai indices passes through unchanged.
+    """
+    import uvicorn
+
+    from jingpai.plugin.gateway import create_app
+
+    settings = build_settings(ctx, values, config)
+    try:
+        app = create_app(settings)
+    except (ValueError, OSError) as exc:
+        raise click.ClickException(f"cannot start the gateway: {exc}") from exc
+    click.echo(
+        f"jingpai gateway on http://{settings.host}:{settings.port} → engine {settings.engine_url}, "
+        f"reranker {settings.reranker_url or '(none)'}, mode {settings.mode}, window {settings.window}",
+        err=True,
+    )
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+
+
+@click.group("plugin")
+def plugin_group() -> None:
+    """Native engine integrations (no gateway): OpenSearch rerank pipeline, Elasticsearch inference endpoint."""
+
+
+@plugin_group.command("opensearch-pipeline")
+@click.option("--engine", envvar=f"{ENV}ENGINE", required=True, metavar="URL", help="OpenSearch URL (needs ML Commons + neural-search).")
+@click.option("--service", required=True, metavar="URL", help="`jingpai serve` URL as OpenSearch reaches it.")
+@click.option("--name", default="jingpai-rerank", show_default=True, help="Connector, model and pipeline name.")
+@click.option("--fields", default="title,content", show_default=True, help="Document fields sent to the reranker.")
+@click.option("--print-only", is_flag=True, help="Print the request bodies instead of creating them.")
+def opensearch_pipeline_cmd(engine: str, service: str, name: str, fields: str, print_only: bool) -> None:
+    """Create an ML Commons connector + remote model + `rerank` search pipeline pointing at jingpai serve."""
+    from jingpai.plugin import native
+
+    settings = _native_settings(service, name, fields)
+    if print_only:
+        click.echo(json.dumps({
+            "connector": native.opensearch_connector(settings),
+            "model": native.opensearch_model(settings, "<connector_id>"),
+            "pipeline": native.opensearch_pipeline(settings, "<model_id>"),
+        }, ensure_ascii=False, indent=2))
+        return
+    from jingpai.engine.client import EngineConnectionError, connect
+
+    try:
+        result = native.install_opensearch_pipeline(connect(engine), settings)
+    except (native.NativeIntegrationError, EngineConnectionError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(json.dumps(result))
+
+
+@plugin_group.command("es-inference")
+@click.option("--engine", envvar=f"{ENV}ENGINE", required=True, metavar="URL", help="Elasticsearch >= 8.19 URL (needs x-pack-inference).")
+@click.option("--service", required=True, metavar="URL", help="`jingpai serve` URL as Elasticsearch reaches it.")
+@click.option("--name", default="jingpai-rerank", show_default=True, help="Inference endpoint id.")
+@click.option("--print-only", is_flag=True, help="Print the request body instead of creating it.")
+def es_inference_cmd(engine: str, service: str, name: str, print_only: bool) -> None:
+    """Create a `custom` rerank inference endpoint pointing at jingpai serve (for text_similarity_reranker)."""
+    from jingpai.plugin import native
+
+    settings = _native_settings(service, name, "title,content")
+    if print_only:
+        click.echo(json.dumps(native.elasticsearch_inference_endpoint(settings), ensure_ascii=False, indent=2))
+        return
+    from jingpai.engine.client import EngineConnectionError, connect
+
+    try:
+        result = native.install_elasticsearch_inference(connect(engine), settings)
+    except (native.NativeIntegrationError, EngineConnectionError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(json.dumps(result))
+
+
+def _native_settings(service: str, name: str, fields: str):
+    from jingpai.plugin.native import NativeSettings
+
+    try:
+        return NativeSettings(service_url=service, name=name, document_fields=tuple(f.strip() for f in fields.split(",") if f.strip()))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+__all__ = ["build_settings", "gateway", "plugin_group"]

@@ -1,0 +1,650 @@
+"""The ``_search`` gateway: the engine's REST API with keyword augmentation and reranking.
+
+``create_app(settings)`` returns a Starlette app that forwards every request to ``settings.engine_url``:
+
+- ``GET|POST /{index}/_search``, ``/_search``, ``/{index}/_msearch``, ``/_msearch`` are parsed; on
+  indices built by ``jingpai index`` (mapping ``_meta.jingpai``) their full-text clauses are widened
+  (:mod:`jingpai.plugin.augment`) and the top window of hits is reranked by ``jingpai serve``. Each
+  response gets a top-level ``jingpai`` object (:class:`JingpaiInfo`) and reranked hits a ``_jingpai``
+  object with the engine's score and rank.
+- every other request is streamed through unchanged (method, path, query, headers, body; status,
+  headers and body of the answer). The gateway adds no headers or credentials of its own and only
+  ever talks to the configured engine and reranker URLs.
+
+Per request: ``?jingpai=off|augment|rerank`` and a body section ``ext.jingpai`` (:class:`JingpaiExt`),
+which is removed before the body is forwarded.
+
+Example:
+    >>> app = create_app(GatewaySettings(engine_url="http://127.0.0.1:9200", reranker_url="http://127.0.0.1:8081"))  # doctest: +SKIP
+    >>> uvicorn.run(app, port=8080)                                                                                  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import fnmatch
+import gzip
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from jingpai.indexer.mapping import IndexMeta, NotAJingpaiIndexError, read_meta
+from jingpai.plugin.augment import DictionaryStore, QueryRewriter, RewriteResult, find_full_text
+from jingpai.plugin.rerank_client import CircuitBreaker, RerankClient, RerankUnavailable
+from jingpai.plugin.settings import GATEWAY_MODES, GatewaySettings
+
+logger = logging.getLogger(__name__)
+
+ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+# RFC 9110 §7.6.1 hop-by-hop headers, plus those recomputed for the forwarded message
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade", "host"}
+)
+
+
+# ---------------------------------------------------------------------------------------------- models
+
+
+class JingpaiExt(BaseModel):
+    """The ``ext.jingpai`` section of a search body (removed before forwarding)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["off", "augment", "rerank"] | None = None
+    window: int | None = Field(default=None, ge=1)
+    fields: list[str] | None = Field(default=None, min_length=1)
+    model: str | None = None
+    query: str | None = Field(default=None, min_length=1)
+
+
+class JingpaiInfo(BaseModel):
+    """The top-level ``jingpai`` object added to every search response."""
+
+    mode: Literal["off", "augment", "rerank"]
+    reranked: bool
+    reason: str | None = None
+    augmented: bool = False
+    augment_reason: str | None = None
+    keywords: list[str] = Field(default_factory=list)
+    model: str | None = None
+    window: int | None = None
+    took_rerank_ms: float | None = None
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+
+class GatewayError(Exception):
+    """An error the gateway itself answers, in the engine's error shape."""
+
+    status = 500
+    error_type = "jingpai_gateway_exception"
+
+
+class BadGatewayRequest(GatewayError):
+    status = 400
+    error_type = "jingpai_illegal_argument_exception"
+
+
+def es_error(status: int, error_type: str, reason: str) -> JSONResponse:
+    """An Elasticsearch/OpenSearch-shaped error body, so clients raise their usual exception types."""
+    cause = {"type": error_type, "reason": reason}
+    return JSONResponse({"error": {"root_cause": [cause], **cause}, "status": status}, status_code=status)
+
+
+async def _handle_exception(request: Request, exc: Exception) -> Response:
+    """The one place that turns exceptions into HTTP errors."""
+    if isinstance(exc, GatewayError):
+        return es_error(exc.status, exc.error_type, str(exc))
+    if isinstance(exc, httpx.TimeoutException):
+        logger.warning("engine timed out on %s %s: %s", request.method, request.url.path, exc)
+        return es_error(504, "jingpai_engine_timeout_exception", f"the engine did not answer {request.method} {request.url.path} in time: {exc}")
+    if isinstance(exc, httpx.TransportError):
+        logger.warning("engine unreachable for %s %s: %s", request.method, request.url.path, exc)
+        return es_error(502, "jingpai_engine_unreachable_exception", f"cannot reach the engine: {type(exc).__name__}: {exc}")
+    logger.exception("unexpected error on %s %s", request.method, request.url.path)
+    return es_error(500, "jingpai_gateway_exception", f"{type(exc).__name__}: {exc}")
+
+
+# ---------------------------------------------------------------------------------------------- planning
+
+
+@dataclass
+class SearchPlan:
+    """What the gateway decided for one search before forwarding it."""
+
+    body: dict
+    params: dict[str, str]
+    mode: str
+    reason: str | None = None
+    augment_reason: str | None = None
+    rewrite: RewriteResult | None = None
+    rerank: bool = False
+    query_text: str = ""
+    from_: int = 0
+    size: int = 10
+    window: int = 0
+    fields: tuple[str, ...] = ()
+    added_source: tuple[str, ...] = ()
+    drop_source: bool = False
+
+    def info(self, **kwargs: Any) -> dict:
+        data = {
+            "mode": self.mode,
+            "reranked": False,
+            "reason": self.reason,
+            "augmented": bool(self.rewrite and self.rewrite.augmented),
+            "augment_reason": None if (self.rewrite and self.rewrite.augmented) else self.augment_reason,
+            "keywords": [w for w, _ in self.rewrite.keywords] if self.rewrite else [],
+            **kwargs,
+        }
+        return JingpaiInfo(**data).model_dump()
+
+
+class _FetchedMappings:
+    """Adapter so :func:`jingpai.indexer.mapping.read_meta` reads a mapping fetched over the proxy."""
+
+    def __init__(self, mappings: dict) -> None:
+        self._mappings = mappings
+
+    def get_mapping(self, name: str) -> dict:
+        return self._mappings
+
+
+def _meta_of(mappings: dict, index: str) -> IndexMeta | None:
+    """The index's meta when every physical index behind ``index`` was built by jingpai, else ``None``."""
+    if not mappings or not all((m.get("mappings") or {}).get("_meta", {}).get("jingpai") for m in mappings.values()):
+        return None
+    try:
+        return read_meta(_FetchedMappings(mappings), index)  # type: ignore[arg-type]
+    except NotAJingpaiIndexError:
+        return None
+
+
+def _source_selects(name: str, includes: list[str], excludes: list[str]) -> bool:
+    if includes and not any(fnmatch.fnmatchcase(name, p) for p in includes):
+        return False
+    return not any(fnmatch.fnmatchcase(name, p) for p in excludes)
+
+
+def _as_list(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [v for v in value.split(",") if v]
+    return [str(v) for v in value]
+
+
+def _get_path(source: dict, path: str) -> Any:
+    node: Any = source
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return source.get(path) if isinstance(source, dict) else None
+        node = node[part]
+    return node
+
+
+def _pop_path(source: dict, path: str) -> None:
+    if path in source:
+        source.pop(path)
+        return
+    parts = path.split(".")
+    node: Any = source
+    for part in parts[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(parts[-1], None)
+
+
+def _int_param(value: Any, name: str) -> int:
+    try:
+        number = int(value)
+    except (TypeError, ValueError) as exc:
+        raise BadGatewayRequest(f"[{name}] must be an integer, got {value!r}") from exc
+    if number < 0:
+        raise BadGatewayRequest(f"[{name}] must be >= 0, got {number}")
+    return number
+
+
+def _sorts_by_other_fields(sort: Any) -> bool:
+    """Whether a ``sort`` value orders by anything other than descending ``_score``."""
+    if sort in (None, [], ""):
+        return False
+    items = sort if isinstance(sort, list) else [sort]
+    for item in items:
+        if isinstance(item, str):
+            for part in item.split(","):
+                name, _, order = part.partition(":")
+                if name != "_score" or order not in ("", "desc"):
+                    return True
+        elif isinstance(item, dict):
+            for name, spec in item.items():
+                order = spec.get("order", "desc") if isinstance(spec, dict) else spec
+                if name != "_score" or order != "desc":
+                    return True
+        else:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------------- the app
+
+
+class Gateway:
+    """The gateway's state (HTTP clients, caches) and request handlers; see :func:`create_app`."""
+
+    def __init__(self, settings: GatewaySettings) -> None:
+        self.settings = settings
+        self.dictionaries = DictionaryStore(settings.dict_dirs)
+        self.engine = httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.engine_timeout_s),
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            trust_env=False,
+        )
+        self.reranker: RerankClient | None = None
+        if settings.reranker_url:
+            breaker = CircuitBreaker(failure_threshold=settings.breaker_failures, reset_timeout_s=settings.breaker_reset_s)
+            self.reranker = RerankClient(settings.reranker_url, timeout_ms=settings.timeout_ms, breaker=breaker)
+        self._meta_cache: dict[str, tuple[float, IndexMeta | None]] = {}
+
+    async def aclose(self) -> None:
+        await self.engine.aclose()
+        if self.reranker is not None:
+            await self.reranker.aclose()
+
+    # ------------------------------------------------------------------ forwarding helpers
+
+    @staticmethod
+    def forward_headers(request: Request, *, body_rewritten: bool) -> list[tuple[str, str]]:
+        """The client's headers as they came, minus hop-by-hop ones (and body framing when rewritten)."""
+        drop = set(HOP_BY_HOP)
+        if body_rewritten:
+            drop |= {"content-length", "content-encoding"}
+        return [(k, v) for k, v in request.headers.items() if k.lower() not in drop]
+
+    @staticmethod
+    def response_headers(resp: httpx.Response, *, body_rewritten: bool) -> dict[str, str]:
+        drop = set(HOP_BY_HOP) | {"content-length"}
+        if body_rewritten:
+            drop |= {"content-encoding"}
+        return {k: v for k, v in resp.headers.items() if k.lower() not in drop}
+
+    def engine_url(self, request: Request) -> str:
+        raw_path = request.scope.get("raw_path") or request.url.path.encode()
+        url = self.settings.engine_url + raw_path.decode("latin-1")
+        query = request.scope.get("query_string", b"").decode("latin-1")
+        return f"{url}?{query}" if query else url
+
+    async def passthrough(self, request: Request) -> Response:
+        """Stream any request to the engine and its answer back, unchanged."""
+        has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
+        upstream = self.engine.build_request(
+            request.method,
+            self.engine_url(request),
+            headers=self.forward_headers(request, body_rewritten=False),
+            content=request.stream() if has_body else None,
+        )
+        resp = await self.engine.send(upstream, stream=True)
+        return StreamingResponse(
+            resp.aiter_raw(),
+            status_code=resp.status_code,
+            headers=self.response_headers(resp, body_rewritten=False),
+            background=BackgroundTask(resp.aclose),
+        )
+
+    async def read_body(self, request: Request) -> bytes:
+        body = await request.body()
+        if request.headers.get("content-encoding", "").lower() == "gzip" and body:
+            try:
+                body = gzip.decompress(body)
+            except (OSError, EOFError) as exc:
+                raise BadGatewayRequest(f"request body is marked Content-Encoding: gzip but is not gzip data: {exc}") from exc
+        return body
+
+    async def index_meta(self, index: str | None, request: Request) -> IndexMeta | None:
+        """The jingpai meta of ``index`` (cached for ``meta_ttl_s``), fetched with the client's own credentials."""
+        if not index:
+            return None
+        now = time.monotonic()
+        cached = self._meta_cache.get(index)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        headers = [(k, v) for k, v in self.forward_headers(request, body_rewritten=True) if k.lower() not in ("content-type",)]
+        resp = await self.engine.get(f"{self.settings.engine_url}/{index}/_mapping", headers=headers)
+        if resp.status_code == 200:
+            meta = _meta_of(resp.json(), index)
+        else:
+            meta = None
+            logger.info("cannot read the mapping of %r (HTTP %d): not augmenting or reranking", index, resp.status_code)
+            if resp.status_code not in (404,):
+                return None  # auth or transient errors are not cached
+        self._meta_cache[index] = (now + self.settings.meta_ttl_s, meta)
+        return meta
+
+    # ------------------------------------------------------------------ planning one search
+
+    def _parse_ext(self, body: dict) -> JingpaiExt:
+        ext = body.get("ext")
+        if not isinstance(ext, dict) or "jingpai" not in ext:
+            return JingpaiExt()
+        raw = ext.pop("jingpai")
+        if not ext:
+            body.pop("ext")
+        try:
+            return JingpaiExt.model_validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in err['loc']) or 'ext.jingpai'}: {err['msg']} (got {err.get('input')!r})" for err in exc.errors()
+            )
+            raise BadGatewayRequest(
+                f"invalid ext.jingpai: {problems}; valid keys: {', '.join(JingpaiExt.model_fields)}"
+            ) from exc
+
+    async def plan(self, request: Request, index: str | None, body: dict, params: dict[str, str], mode_param: str | None) -> SearchPlan:
+        """Decide augmentation and reranking for one search and rewrite its body and parameters."""
+        body = copy.deepcopy(body)
+        ext = self._parse_ext(body)
+        mode = mode_param or ext.mode or self.settings.mode
+        plan = SearchPlan(body=body, params=dict(params), mode=mode)
+        if mode == "off":
+            plan.reason = "disabled"
+            return plan
+        # request shapes that are never reranked are decided first: they need no index lookup
+        plan.reason = "augment_only" if mode == "augment" else self._shape_reason(body, params)
+        meta = await self.index_meta(index, request)
+        if meta is None:
+            missing = "not_a_jingpai_index" if index else "no_target_index"
+            plan.augment_reason = missing
+            plan.reason = plan.reason or missing
+            return plan
+        query = body.get("query")
+        plan.rewrite = RewriteResult(query=query, clauses=find_full_text(query, meta.text_fields) if query is not None else [])
+        if not plan.rewrite.clauses:
+            plan.augment_reason = "no_full_text_query"
+        else:
+            rewriter = self._rewriter(meta)
+            if rewriter is None:
+                plan.augment_reason = "dictionary_not_loaded"
+            else:
+                plan.rewrite = rewriter(query)
+                body["query"] = plan.rewrite.query
+        if plan.reason is None:
+            plan.reason = self._content_reason(body, params, plan.rewrite, ext)
+        if plan.reason is None:
+            self._prepare_rerank(plan, meta, ext)
+        return plan
+
+    def _rewriter(self, meta: IndexMeta) -> QueryRewriter | None:
+        if meta.dict_version is None:
+            dictionary, segmenter = None, self.dictionaries.plain_segmenter()
+        else:
+            entry = self.dictionaries.get(meta.dict_version)
+            if entry is None:
+                return None
+            dictionary, segmenter = entry
+        return QueryRewriter(
+            meta,
+            dictionary=dictionary,
+            segmenter=segmenter,
+            keywords_top_k=self.settings.keywords_top_k,
+            seg_boost=self.settings.seg_boost,
+            keyword_boost=self.settings.keyword_boost,
+        )
+
+    def _shape_reason(self, body: dict, params: dict[str, str]) -> str | None:
+        """Why a request is not reranked because of its shape (``None``: it may be)."""
+        if self.reranker is None:
+            return "no_reranker_configured"
+        if "scroll" in params:
+            return "scroll"
+        if "pit" in body:
+            return "pit"
+        if "search_after" in body:
+            return "search_after"
+        if _sorts_by_other_fields(body.get("sort")) or _sorts_by_other_fields(params.get("sort")):
+            return "sort"
+        size = _int_param(params.get("size", body.get("size", 10)), "size")
+        if size == 0:
+            return "aggregations_only" if ("aggs" in body or "aggregations" in body) else "size_0"
+        from_ = _int_param(params.get("from", body.get("from", 0)), "from")
+        if from_ + size > self.settings.max_window:
+            return "window_exceeded"
+        return None
+
+    @staticmethod
+    def _content_reason(body: dict, params: dict[str, str], rewrite: RewriteResult, ext: JingpaiExt) -> str | None:
+        if not (ext.query or rewrite.query_text or params.get("q")):
+            return "no_full_text_query"
+        return None
+
+    def _prepare_rerank(self, plan: SearchPlan, meta: IndexMeta, ext: JingpaiExt) -> None:
+        body, params = plan.body, plan.params
+        plan.from_ = _int_param(params.pop("from", body.get("from", 0)), "from")
+        plan.size = _int_param(params.pop("size", body.get("size", 10)), "size")
+        if ext.window is not None and ext.window > self.settings.max_window:
+            raise BadGatewayRequest(f"ext.jingpai.window {ext.window} exceeds the gateway's max_window {self.settings.max_window}")
+        plan.window = min(max(ext.window or self.settings.window, plan.from_ + plan.size), self.settings.max_window)
+        body["from"], body["size"] = 0, plan.window
+        plan.rerank = True
+        plan.query_text = ext.query or plan.rewrite.query_text or params.get("q", "")
+        fields = tuple(ext.fields or self.settings.rerank_fields or meta.text_fields)
+        # URL source filters are folded into the body so one place decides what the window must return
+        if any(k in params for k in ("_source", "_source_includes", "_source_excludes")):
+            source: Any = {
+                "includes": _as_list(params.pop("_source_includes", None)) or
+                ([] if params.get("_source") in ("true", "false") else _as_list(params.get("_source"))),
+                "excludes": _as_list(params.pop("_source_excludes", None)),
+            }
+            if params.pop("_source", None) == "false":
+                source = False
+            body["_source"] = source
+        user_source = body.get("_source")
+        if user_source is False:
+            body["_source"] = {"includes": list(fields)}
+            plan.added_source, plan.drop_source = fields, True
+        elif isinstance(user_source, (str, list)):
+            includes = _as_list(user_source)
+            missing = tuple(f for f in fields if not _source_selects(f, includes, []))
+            body["_source"] = includes + list(missing)
+            plan.added_source = missing
+        elif isinstance(user_source, dict):
+            includes = _as_list(user_source.get("includes", user_source.get("include")))
+            excludes = _as_list(user_source.get("excludes", user_source.get("exclude")))
+            hidden = [f for f in fields if not _source_selects(f, [], excludes)]
+            if hidden:
+                logger.info("rerank fields %s are excluded by the request's _source filter; reranking without them", hidden)
+            fields = tuple(f for f in fields if f not in hidden)
+            missing = tuple(f for f in fields if not _source_selects(f, includes, excludes))
+            if includes and missing:
+                body["_source"] = {**user_source, "includes": includes + list(missing)}
+                body["_source"].pop("include", None)
+            plan.added_source = missing if includes else ()
+        plan.fields = fields
+
+    # ------------------------------------------------------------------ finishing one search
+
+    def _doc_text(self, hit: dict, fields: tuple[str, ...]) -> str:
+        source = hit.get("_source") or {}
+        parts: list[str] = []
+        for name in fields:
+            value = _get_path(source, name)
+            if isinstance(value, list):
+                value = " ".join(str(v) for v in value if v is not None)
+            if value not in (None, ""):
+                parts.append(str(value))
+        return "\n".join(parts)[: self.settings.doc_chars]
+
+    def _finish_page(self, plan: SearchPlan, hits: list[dict]) -> list[dict]:
+        page = hits[plan.from_ : plan.from_ + plan.size]
+        for hit in page:
+            source = hit.get("_source")
+            if plan.drop_source:
+                hit.pop("_source", None)
+            elif isinstance(source, dict):
+                for name in plan.added_source:
+                    _pop_path(source, name)
+        return page
+
+    async def finish(self, plan: SearchPlan, data: dict) -> dict:
+        """Rerank the window of an engine response (when planned), cut the page and add ``jingpai``."""
+        if not plan.rerank or not isinstance(data.get("hits"), dict):
+            data["jingpai"] = plan.info()
+            return data
+        hits: list[dict] = data["hits"].get("hits") or []
+        if not hits:
+            plan.reason = "no_hits"
+            data["hits"]["hits"] = []
+            data["jingpai"] = plan.info(window=plan.window)
+            return data
+        assert self.reranker is not None
+        started = time.perf_counter()
+        try:
+            scores = await self.reranker.rerank(plan.query_text, [self._doc_text(h, plan.fields) for h in hits])
+        except RerankUnavailable as exc:
+            logger.warning("serving engine order (fail-open): %s", exc)
+            plan.reason = exc.reason
+            data["hits"]["hits"] = self._finish_page(plan, hits)
+            data["jingpai"] = plan.info(window=plan.window, took_rerank_ms=round((time.perf_counter() - started) * 1000, 2))
+            return data
+        took = round((time.perf_counter() - started) * 1000, 2)
+        for rank, hit in enumerate(hits, start=1):
+            hit["_jingpai"] = {"engine_score": hit.get("_score"), "engine_rank": rank}
+            hit["_score"] = scores[rank - 1]
+        order = sorted(range(len(hits)), key=lambda i: -scores[i])  # stable: ties keep the engine's order
+        data["hits"]["hits"] = self._finish_page(plan, [hits[i] for i in order])
+        data["hits"]["max_score"] = max(scores)
+        plan.reason = None
+        data["jingpai"] = plan.info(
+            reranked=True, model=await self.reranker.model_name(), window=plan.window, took_rerank_ms=took
+        )
+        return data
+
+    # ------------------------------------------------------------------ endpoints
+
+    @staticmethod
+    def _mode_param(params: dict[str, str]) -> str | None:
+        mode = params.pop("jingpai", None)
+        if mode is not None and mode not in GATEWAY_MODES:
+            raise BadGatewayRequest(f"unknown ?jingpai={mode!r}; expected one of {', '.join(GATEWAY_MODES)}")
+        return mode
+
+    async def _send(self, request: Request, body: bytes, params: dict[str, str], path: str) -> httpx.Response:
+        return await self.engine.request(
+            request.method,
+            f"{self.settings.engine_url}{path}",
+            params=params,
+            content=body or None,
+            headers=self.forward_headers(request, body_rewritten=True),
+        )
+
+    def _relay(self, resp: httpx.Response) -> Response:
+        return Response(resp.content, status_code=resp.status_code, headers=self.response_headers(resp, body_rewritten=True))
+
+    async def search(self, request: Request) -> Response:
+        index = request.path_params.get("index")
+        params = dict(request.query_params.multi_items())
+        mode_param = self._mode_param(params)
+        raw = await self.read_body(request)
+        try:
+            body = json.loads(raw) if raw.strip() else {}
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            # not ours to judge: the engine answers with its own parse error
+            return await self.passthrough(request)
+        plan = await self.plan(request, index, body, params, mode_param)
+        path = f"/{index}/_search" if index else "/_search"
+        payload = json.dumps(plan.body, ensure_ascii=False).encode() if (plan.body or raw.strip()) else b""
+        resp = await self._send(request, payload, plan.params, path)
+        if resp.status_code != 200:
+            return self._relay(resp)
+        data = await self.finish(plan, resp.json())
+        return Response(json.dumps(data, ensure_ascii=False), status_code=200, headers=self.response_headers(resp, body_rewritten=True))
+
+    async def msearch(self, request: Request) -> Response:
+        index = request.path_params.get("index")
+        params = dict(request.query_params.multi_items())
+        mode_param = self._mode_param(params)
+        raw = await self.read_body(request)
+        try:
+            lines = [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
+        except (ValueError, UnicodeDecodeError):
+            return await self.passthrough(request)
+        if len(lines) % 2 or not all(isinstance(x, dict) for x in lines):
+            return await self.passthrough(request)
+        plans: list[SearchPlan] = []
+        out_lines: list[str] = []
+        for header, body in zip(lines[::2], lines[1::2]):
+            target = header.get("index", index)
+            target = ",".join(target) if isinstance(target, list) else target
+            plan = await self.plan(request, target, body, {}, mode_param)
+            plans.append(plan)
+            out_lines += [json.dumps(header, ensure_ascii=False), json.dumps(plan.body, ensure_ascii=False)]
+        payload = ("\n".join(out_lines) + "\n").encode()
+        resp = await self._send(request, payload, params, f"/{index}/_msearch" if index else "/_msearch")
+        if resp.status_code != 200:
+            return self._relay(resp)
+        data = resp.json()
+        responses = data.get("responses") or []
+
+        async def finish_one(plan: SearchPlan, item: dict) -> dict:
+            if "error" in item:
+                return item
+            return await self.finish(plan, item)
+
+        data["responses"] = list(await asyncio.gather(*(finish_one(p, r) for p, r in zip(plans, responses))))
+        return Response(json.dumps(data, ensure_ascii=False), status_code=200, headers=self.response_headers(resp, body_rewritten=True))
+
+
+def create_app(settings: GatewaySettings) -> Starlette:
+    """The gateway as an ASGI app (serve it with uvicorn).
+
+    Args:
+        settings: :class:`~jingpai.plugin.settings.GatewaySettings`.
+
+    Returns:
+        A Starlette app; ``app.state.gateway`` is its :class:`Gateway`.
+
+    Raises:
+        jingpai.keyword_dict.DictionaryError: a ``dict_dirs`` entry holds no dictionary.
+    """
+    gateway = Gateway(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            await gateway.aclose()
+
+    from jingpai.ui.app import ui_routes  # the demo UI at /_jingpai/ui, ahead of the pass-through
+
+    routes = [
+        *ui_routes(),
+        Route("/_search", gateway.search, methods=["GET", "POST"]),
+        Route("/_msearch", gateway.msearch, methods=["GET", "POST"]),
+        Route("/{index}/_search", gateway.search, methods=["GET", "POST"]),
+        Route("/{index}/_msearch", gateway.msearch, methods=["GET", "POST"]),
+        Route("/{path:path}", gateway.passthrough, methods=ALL_METHODS),
+    ]
+    app = Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={GatewayError: _handle_exception, httpx.TransportError: _handle_exception, Exception: _handle_exception},
+    )
+    app.state.gateway = gateway
+    return app
+
+
+__all__ = ["BadGatewayRequest", "Gateway", "GatewayError", "JingpaiExt", "JingpaiInfo", "SearchPlan", "create_app", "es_error"]

@@ -1,0 +1,133 @@
+"""Settings of the ``_search`` gateway: one frozen dataclass, built from CLI / env / config file in one place.
+
+:func:`load_config_file` reads a TOML or JSON file whose keys are :class:`GatewaySettings` field names
+(optionally under a ``[gateway]`` table); :mod:`jingpai.plugin.commands` merges it under the CLI and
+``JINGPAI_GATEWAY_*`` environment values and builds the settings.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+GatewayMode = Literal["off", "augment", "rerank"]
+GATEWAY_MODES: tuple[str, ...] = ("off", "augment", "rerank")
+
+
+class GatewayConfigError(ValueError):
+    """A gateway setting or config file is invalid (the message names the setting and what was expected)."""
+
+
+@dataclass(frozen=True)
+class GatewaySettings:
+    """Everything the gateway needs; passed to :func:`jingpai.plugin.gateway.create_app`.
+
+    Args:
+        engine_url: the Elasticsearch/OpenSearch REST endpoint every request is forwarded to.
+        reranker_url: base URL of ``jingpai serve`` (TEI ``POST /rerank``); ``None`` disables reranking.
+        host: interface to listen on.
+        port: port to listen on.
+        mode: default per-request behaviour (``?jingpai=`` overrides it per request).
+        window: how many engine hits are reranked (at least ``from + size``).
+        max_window: requests with ``from + size`` beyond this are not reranked (reason ``window_exceeded``).
+        rerank_fields: document fields sent to the reranker, joined by newlines (``None``: the index's
+            text fields, e.g. title then content).
+        doc_chars: each document's text is cut to this many characters (title + start of content).
+        timeout_ms: reranker call timeout; on timeout the engine order is returned (fail-open).
+        breaker_failures: consecutive reranker failures that open the circuit breaker.
+        breaker_reset_s: how long an open breaker waits before letting one probe request through.
+        dict_dirs: keyword dictionary directories; an index's dictionary is picked by version.
+        keywords_top_k: dictionary keywords taken from a query for augmentation.
+        seg_boost: boost of the added clause on the dictionary-segmented field.
+        keyword_boost: boost of the added clauses on the keyword / keyword-weight fields.
+        engine_timeout_s: timeout of requests forwarded to the engine.
+        meta_ttl_s: how long an index's ``_meta`` (field roles, dictionary version) is cached; an
+            alias swap to a new dictionary version is seen after at most this long.
+    """
+
+    engine_url: str
+    reranker_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 8080
+    mode: GatewayMode = "rerank"
+    window: int = 50
+    max_window: int = 500
+    rerank_fields: tuple[str, ...] | None = None
+    doc_chars: int = 512
+    timeout_ms: int = 300
+    breaker_failures: int = 3
+    breaker_reset_s: float = 10.0
+    dict_dirs: tuple[Path, ...] = ()
+    keywords_top_k: int = 10
+    seg_boost: float = 1.0
+    keyword_boost: float = 1.0
+    engine_timeout_s: float = 120.0
+    meta_ttl_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not self.engine_url.startswith(("http://", "https://")):
+            raise GatewayConfigError(f"engine_url must be an http(s) URL, got {self.engine_url!r}")
+        if self.reranker_url is not None and not self.reranker_url.startswith(("http://", "https://")):
+            raise GatewayConfigError(f"reranker_url must be an http(s) URL, got {self.reranker_url!r}")
+        if self.mode not in GATEWAY_MODES:
+            raise GatewayConfigError(f"mode must be one of {', '.join(GATEWAY_MODES)}, got {self.mode!r}")
+        for name in ("window", "max_window", "doc_chars", "timeout_ms", "breaker_failures", "keywords_top_k"):
+            if getattr(self, name) < 1:
+                raise GatewayConfigError(f"{name} must be >= 1, got {getattr(self, name)!r}")
+        if self.window > self.max_window:
+            raise GatewayConfigError(f"window ({self.window}) must not exceed max_window ({self.max_window})")
+        if self.breaker_reset_s <= 0 or self.engine_timeout_s <= 0 or self.meta_ttl_s < 0:
+            raise GatewayConfigError("breaker_reset_s and engine_timeout_s must be > 0 and meta_ttl_s >= 0")
+        object.__setattr__(self, "engine_url", self.engine_url.rstrip("/"))
+        if self.reranker_url is not None:
+            object.__setattr__(self, "reranker_url", self.reranker_url.rstrip("/"))
+        if self.rerank_fields is not None:
+            object.__setattr__(self, "rerank_fields", tuple(self.rerank_fields))
+        object.__setattr__(self, "dict_dirs", tuple(Path(d) for d in self.dict_dirs))
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    """Read a gateway config file (``.toml`` or ``.json``) into a dict of setting name → value.
+
+    Keys are :class:`GatewaySettings` field names, at the top level or under a ``gateway`` table.
+
+    Raises:
+        GatewayConfigError: unreadable file, bad syntax or unknown keys (the valid names are listed).
+
+    Example:
+        A ``gateway.toml``::
+
+            [gateway]
+            engine_url = "http://127.0.0.1:9200"
+            reranker_url = "http://127.0.0.1:8081"
+            window = 40
+            dict_dirs = ["dicts/finance"]
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise GatewayConfigError(f"cannot read gateway config {path}: {exc}") from exc
+    try:
+        data = json.loads(text) if path.suffix.lower() == ".json" else tomllib.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise GatewayConfigError(f"gateway config {path} is not valid {'JSON' if path.suffix.lower() == '.json' else 'TOML'}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise GatewayConfigError(f"gateway config {path} must hold a table/object of settings, got {type(data).__name__}")
+    if isinstance(data.get("gateway"), dict):
+        data = data["gateway"]
+    valid = GatewaySettings.field_names()
+    unknown = sorted(set(data) - set(valid))
+    if unknown:
+        raise GatewayConfigError(f"unknown setting(s) {unknown} in {path}; expected some of {valid}")
+    return dict(data)
+
+
+__all__ = ["GATEWAY_MODES", "GatewayConfigError", "GatewayMode", "GatewaySettings", "load_config_file"]

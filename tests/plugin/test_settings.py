@@ -1,0 +1,64 @@
+"""Settings, CLI merging (CLI > env > config file > defaults) and the circuit breaker's state machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from jingpai.plugin.commands import build_settings, gateway
+from jingpai.plugin.rerank_client import CircuitBreaker
+from jingpai.plugin.settings import GatewayConfigError, GatewaySettings, load_config_file
+
+
+def settings_from(args: list[str], env: dict[str, str] | None = None, monkeypatch: pytest.MonkeyPatch | None = None) -> GatewaySettings:
+    for key, value in (env or {}).items():
+        assert monkeypatch is not None
+        monkeypatch.setenv(key, value)
+    with gateway.make_context("gateway", args) as ctx:
+        params = dict(ctx.params)
+        config = params.pop("config")
+        return build_settings(ctx, params, config)
+
+
+def test_cli_env_and_config_file_precedence(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "gw.toml"
+    config.write_text('[gateway]\nengine_url = "http://e:9200"\nwindow = 40\ntimeout_ms = 900\nrerank_fields = ["title"]\n')
+    s = settings_from(["--config", str(config), "--window", "30"], {"JINGPAI_GATEWAY_TIMEOUT_MS": "250"}, monkeypatch)
+    assert (s.engine_url, s.window, s.timeout_ms, s.rerank_fields, s.port) == ("http://e:9200", 30, 250, ("title",), 8080)
+
+
+def test_missing_engine_and_bad_values_exit_non_zero(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(gateway, [], env={"JINGPAI_GATEWAY_ENGINE": ""})
+    assert result.exit_code != 0
+    assert "no engine URL: pass --engine URL, set JINGPAI_GATEWAY_ENGINE or engine_url in --config" in result.output
+    result = runner.invoke(gateway, ["--engine", "http://e:9200", "--window", "600"])
+    assert result.exit_code != 0 and "window (600) must not exceed max_window (500)" in result.output
+    bad = tmp_path / "bad.toml"
+    bad.write_text("windw = 3\n")
+    with pytest.raises(GatewayConfigError, match=r"unknown setting\(s\) \['windw'\]"):
+        load_config_file(bad)
+    with pytest.raises(click.ClickException, match="engine_url must be an http"):
+        settings_from(["--engine", "e:9200"])
+
+
+def test_circuit_breaker_opens_probes_and_closes() -> None:
+    now = [0.0]
+    breaker = CircuitBreaker(failure_threshold=2, reset_timeout_s=5.0, clock=lambda: now[0])
+    assert breaker.allow() and breaker.state == "closed"
+    breaker.record_failure()
+    assert breaker.state == "closed"
+    breaker.record_failure()
+    assert breaker.state == "open" and not breaker.allow()
+    now[0] = 5.0
+    assert breaker.state == "half_open"
+    assert breaker.allow() and not breaker.allow()  # one probe at a time
+    breaker.record_failure()  # the probe failed: open again for a full period
+    assert breaker.state == "open"
+    now[0] = 10.0
+    assert breaker.allow()
+    breaker.record_success()
+    assert breaker.state == "closed" and breaker.allow()
