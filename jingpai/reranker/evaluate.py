@@ -1,0 +1,188 @@
+"""Evaluation of scored pairs and TREC runs: accuracy, MAP, MRR, P@k, nDCG@10 — the one module used by
+``jingpai eval``, training's early stopping and the benchmark reports.
+
+Ranking metrics come from ``ir-measures`` (trec_eval semantics) over pairs grouped by query id (or by
+query text when the data has no ids). As in the TrecQA/WikiQA literature, queries without any relevant
+candidate are skipped for the ranking metrics (their count is reported as ``skipped_queries``).
+
+Example:
+    >>> from jingpai.reranker.data import read_pairs
+    >>> pairs = read_pairs("../shared/data/en/trecqa/raw-test")                   # doctest: +SKIP
+    >>> metrics = evaluate_model(model, pairs)                                   # doctest: +SKIP
+    >>> print(to_markdown(metrics))                                              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from jingpai.reranker.data import LabeledPair
+
+if TYPE_CHECKING:
+    from jingpai.reranker.base import Reranker
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CUTOFFS: tuple[int, ...] = (1, 3, 5, 10)
+#: metric names in report order (P@k follow the cutoffs used)
+RANKING_METRICS = ("MAP", "MRR", "nDCG@10")
+
+
+class EvaluationError(ValueError):
+    """Inputs to an evaluation do not fit together (lengths, empty data, unreadable TREC files)."""
+
+
+def _measures(cutoffs: Sequence[int]) -> dict[str, object]:
+    from ir_measures import AP, RR, P, nDCG
+
+    named: dict[str, object] = {"MAP": AP, "MRR": RR, "nDCG@10": nDCG @ 10}
+    for k in cutoffs:
+        named[f"P@{k}"] = P @ k
+    return named
+
+
+def _ranking(qrels: list, run: list, cutoffs: Sequence[int]) -> dict[str, float]:
+    import ir_measures
+
+    named = _measures(cutoffs)
+    agg = ir_measures.calc_aggregate(list(named.values()), qrels, run)
+    return {name: float(agg.get(measure, 0.0)) for name, measure in named.items()}
+
+
+def default_threshold(model: Reranker) -> float:
+    """Decision threshold for accuracy: 0 for logit scores, 0.5 for probability-like scores."""
+    return 0.0 if model.num_labels == 1 else 0.5
+
+
+def evaluate_scores(
+    pairs: Sequence[LabeledPair],
+    scores: Sequence[float] | np.ndarray,
+    *,
+    threshold: float = 0.5,
+    relevant_min: float = 1.0,
+    cutoffs: Sequence[int] = DEFAULT_CUTOFFS,
+) -> dict[str, float]:
+    """Metrics of ``scores`` (one per pair) against the pairs' labels.
+
+    Args:
+        pairs: labelled pairs; ``qid`` groups them into queries (query text when ``qid`` is None).
+        scores: model scores, higher = more relevant.
+        threshold: a pair is predicted positive when its score is above this (accuracy only).
+        relevant_min: labels ``>= relevant_min`` count as positive/relevant (graded labels are passed to
+            nDCG as integer gains).
+        cutoffs: k for P@k.
+
+    Returns:
+        ``accuracy``, ``accuracy_pos``, ``accuracy_neg``, ``MAP``, ``MRR``, ``nDCG@10``, ``P@k``…,
+        ``pairs``, ``queries`` (with a relevant item) and ``skipped_queries`` (without).
+
+    Raises:
+        EvaluationError: no pairs, or the number of scores differs from the number of pairs.
+    """
+    from ir_measures import Qrel, ScoredDoc
+
+    values = np.asarray(scores, dtype=np.float64)
+    if len(pairs) == 0:
+        raise EvaluationError("nothing to evaluate: the data has no pairs")
+    if values.shape != (len(pairs),):
+        raise EvaluationError(f"got {values.shape[0] if values.ndim else 0} scores for {len(pairs)} pairs; expected one per pair")
+    labels = np.array([p.label for p in pairs], dtype=np.float64)
+    gold = labels >= relevant_min
+    predicted = values > threshold
+    result: dict[str, float] = {"accuracy": float((predicted == gold).mean())}
+    result["accuracy_pos"] = float(predicted[gold].mean()) if gold.any() else float("nan")
+    result["accuracy_neg"] = float((~predicted[~gold]).mean()) if (~gold).any() else float("nan")
+
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, pair in enumerate(pairs):
+        groups[pair.qid if pair.qid is not None else pair.query].append(i)
+    qrels, run = [], []
+    skipped = 0
+    for n, (key, idx) in enumerate(groups.items()):
+        if not gold[idx].any():
+            skipped += 1
+            continue
+        qid = f"q{n}"  # query text may hold spaces/tabs; ids never do
+        seen: set[str] = set()
+        for i in idx:
+            doc = pairs[i].docid or str(i)
+            if doc in seen:  # the same candidate listed twice: keep both, distinctly
+                doc = f"{doc}#{i}"
+            seen.add(doc)
+            gain = max(1, int(round(labels[i]))) if gold[i] else 0
+            qrels.append(Qrel(qid, doc, gain))
+            run.append(ScoredDoc(qid, doc, float(values[i])))
+    if skipped:
+        logger.info("skipped %d of %d queries without a relevant candidate for ranking metrics", skipped, len(groups))
+    if qrels:
+        result.update(_ranking(qrels, run, cutoffs))
+    else:
+        logger.warning("no query has a relevant candidate: ranking metrics are NaN")
+        result.update({name: float("nan") for name in _measures(cutoffs)})
+    result.update({"pairs": float(len(pairs)), "queries": float(len(groups) - skipped), "skipped_queries": float(skipped)})
+    return result
+
+
+def evaluate_model(
+    model: Reranker,
+    pairs: Sequence[LabeledPair],
+    *,
+    batch_size: int = 32,
+    threshold: float | None = None,
+    relevant_min: float = 1.0,
+    cutoffs: Sequence[int] = DEFAULT_CUTOFFS,
+) -> dict[str, float]:
+    """Score ``pairs`` with ``model`` and compute :func:`evaluate_scores` (threshold from the model's head)."""
+    scores = model.predict([(p.query, p.document) for p in pairs], batch_size=batch_size)
+    return evaluate_scores(
+        pairs, scores, threshold=default_threshold(model) if threshold is None else threshold,
+        relevant_min=relevant_min, cutoffs=cutoffs,
+    )
+
+
+def evaluate_run(qrels_path: str | Path, run_path: str | Path, *, cutoffs: Sequence[int] = DEFAULT_CUTOFFS) -> dict[str, float]:
+    """Ranking metrics of a TREC run file against a TREC qrels file (the files search engineers have).
+
+    Queries of the run without a relevant document in the qrels are skipped, as for pairs.
+
+    Raises:
+        EvaluationError: a file is missing or not in TREC format (the message names it).
+    """
+    import ir_measures
+
+    loaded = {}
+    for kind, path, reader in (("qrels", qrels_path, ir_measures.read_trec_qrels), ("run", run_path, ir_measures.read_trec_run)):
+        p = Path(path)
+        if not p.is_file():
+            raise EvaluationError(f"TREC {kind} file {p} does not exist")
+        try:
+            loaded[kind] = list(reader(str(p)))
+        except (ValueError, IndexError) as exc:
+            raise EvaluationError(f"{p} is not a TREC {kind} file: {exc}") from exc
+    relevant = {q.query_id for q in loaded["qrels"] if q.relevance > 0}
+    run = [d for d in loaded["run"] if d.query_id in relevant]
+    queries = {d.query_id for d in loaded["run"]}
+    if not run:
+        raise EvaluationError(f"no query of {run_path} has a relevant document in {qrels_path}")
+    result = _ranking([q for q in loaded["qrels"] if q.query_id in relevant], run, cutoffs)
+    result.update({"queries": float(len(queries & relevant)), "skipped_queries": float(len(queries - relevant))})
+    return result
+
+
+def to_markdown(metrics: dict[str, float], *, title: str | None = None) -> str:
+    """A two-column Markdown table of ``metrics`` (counts as integers, rates to 4 decimals)."""
+    lines = [f"### {title}", ""] if title else []
+    lines += ["| metric | value |", "|---|---|"]
+    for name, value in metrics.items():
+        shown = f"{int(value)}" if name in ("pairs", "queries", "skipped_queries") else f"{value:.4f}"
+        lines.append(f"| {name} | {shown} |")
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["EvaluationError", "default_threshold", "evaluate_model", "evaluate_run", "evaluate_scores", "to_markdown"]

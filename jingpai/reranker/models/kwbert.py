@@ -1,0 +1,302 @@
+"""``kwbert``: keyword-attentive BERT (keyword-attentive-bert.txt §3.3; MODEL_NOTES §1).
+
+``[CLS] A [SEP] B [SEP]`` runs through BERT. The hidden states that feed BERT's last layer also feed
+one extra transformer layer *in parallel* to it (same shape, initialised from the last layer's weights)
+whose attention mask lets every token of A attend only to the keyword tokens of B and every token of B
+only to the keyword tokens of A, plus itself (so no row is empty). A side without keywords falls back
+to all of its tokens. The keyword layer's outputs are average-pooled over A's and B's tokens ([CLS] and
+[SEP] excluded) into ``h_kw(A)``, ``h_kw(B)``;
+``k_diff = (h_kw(A) - h_kw(B)) ⊕ (h_kw(B) - h_kw(A))``; a linear classifier over
+``h(CLS) ⊕ h_kw(A) ⊕ h_kw(B) ⊕ k_diff`` gives 2 classes and the score is P(match).
+
+Keywords are found with the model's own :class:`jingpai.keyword_dict.Dictionary` (saved with the
+model; its version goes to ``keyword_dict_version``) and mapped to tokens through the tokenizer's
+offset mapping and :func:`jingpai.keyword_dict.keyword_spans`.
+
+Example:
+    >>> model = registry.create("kwbert", base="/models/bert-base-chinese", dictionary="/dicts/finance")  # doctest: +SKIP
+    >>> model.predict([("哪些因素会影响中国的GDP", "影响美国GDP的因素")])                                 # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from jingpai.reranker.base import ModelLoadError, Pair, Reranker, RerankerConfig
+from jingpai.reranker.models.cross import load_backbone, save_backbone, soft_targets
+
+if TYPE_CHECKING:
+    from jingpai.keyword_dict import Dictionary
+
+logger = logging.getLogger(__name__)
+
+#: sub-folder of a saved model holding its keyword dictionary
+DICTIONARY_DIR = "keyword_dict"
+
+#: token roles in ``batch["side"]``
+SPECIAL, SIDE_A, SIDE_B = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class KwBertConfig(RerankerConfig):
+    """Config of :class:`KeywordBertReranker`.
+
+    Attributes:
+        base: local HF BERT-architecture checkpoint folder.
+        dictionary: folder of a saved :class:`~jingpai.keyword_dict.Dictionary` (read at creation;
+            a saved model carries its own copy).
+        top_k_keywords: keywords taken per side (``extract_keywords(top_k=…)``).
+        max_label: top label value; graded labels become soft targets ``label / max_label``.
+        dropout: dropout before the classifier.
+    """
+
+    base: str | None = None
+    dictionary: str | None = None
+    top_k_keywords: int = 10
+    max_label: float = 1.0
+    dropout: float = 0.1
+
+
+def keyword_attention_mask(side: torch.Tensor, keyword: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Which key each query position may attend to in the keyword layer.
+
+    Args:
+        side: ``[B, L]`` token roles (0 = [CLS]/[SEP]/padding, 1 = sentence A, 2 = sentence B).
+        keyword: ``[B, L]`` bool, token lies inside a keyword.
+        attention_mask: ``[B, L]`` 1 for real tokens, 0 for padding.
+
+    Returns:
+        ``[B, L, L]`` bool: A tokens → keyword tokens of B (all of B when B has none), B tokens →
+        keyword tokens of A (all of A when A has none), [CLS]/[SEP] → every real token, every
+        position → itself.
+    """
+    real = attention_mask.bool()
+    is_a = (side == SIDE_A) & real
+    is_b = (side == SIDE_B) & real
+    kw_a = is_a & keyword
+    kw_b = is_b & keyword
+    keys_for_a = torch.where(kw_b.any(dim=1, keepdim=True), kw_b, is_b)
+    keys_for_b = torch.where(kw_a.any(dim=1, keepdim=True), kw_a, is_a)
+    special = (side == SPECIAL) & real
+    allowed = (
+        (is_a.unsqueeze(2) & keys_for_a.unsqueeze(1))
+        | (is_b.unsqueeze(2) & keys_for_b.unsqueeze(1))
+        | (special.unsqueeze(2) & real.unsqueeze(1))
+    )
+    eye = torch.eye(side.shape[1], dtype=torch.bool, device=side.device).unsqueeze(0)
+    return allowed | eye
+
+
+class KeywordLayer(nn.Module):
+    """A copy of a BERT layer run with an explicit boolean attention mask, returning its attention."""
+
+    def __init__(self, layer: nn.Module) -> None:
+        super().__init__()
+        try:
+            self.self_attn = layer.attention.self
+            self.attn_output = layer.attention.output
+            self.intermediate = layer.intermediate
+            self.output = layer.output
+            self.num_heads = self.self_attn.num_attention_heads
+            self.head_size = self.self_attn.attention_head_size
+        except AttributeError as exc:
+            raise ModelLoadError(
+                f"kwbert needs a BERT-architecture backbone (BertLayer-like last layer), got {type(layer).__name__}"
+            ) from exc
+
+    def forward(self, hidden: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        b, n, _ = hidden.shape
+
+        def heads(x: torch.Tensor) -> torch.Tensor:
+            return x.view(b, n, self.num_heads, self.head_size).transpose(1, 2)
+
+        q = heads(self.self_attn.query(hidden))
+        k = heads(self.self_attn.key(hidden))
+        v = heads(self.self_attn.value(hidden))
+        logits = (q @ k.transpose(-1, -2)) * self.head_size**-0.5
+        logits = logits.masked_fill(~allowed.unsqueeze(1), torch.finfo(logits.dtype).min)
+        probs = logits.softmax(dim=-1)
+        context = (self.self_attn.dropout(probs) @ v).transpose(1, 2).reshape(b, n, -1)
+        attended = self.attn_output(context, hidden)
+        out = self.output(self.intermediate(attended), attended)
+        return out, probs
+
+
+class KeywordBertNet(nn.Module):
+    """BERT + the parallel keyword-attentive layer + the 2-class classifier."""
+
+    def __init__(self, backbone: nn.Module, *, dropout: float) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.keyword_layer = KeywordLayer(copy.deepcopy(backbone.encoder.layer[-1]))
+        hidden = backbone.config.hidden_size
+        self.dropout = nn.Dropout(dropout)
+        self.classifier = nn.Linear(5 * hidden, 2)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        side: torch.Tensor,
+        keyword: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        *,
+        return_attention: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Class logits ``[B, 2]`` (and the keyword layer's attention ``[B, heads, L, L]`` when asked)."""
+        kwargs = {"token_type_ids": token_type_ids} if token_type_ids is not None else {}
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, output_hidden_states=True, **kwargs)
+        # hidden_states[-2] is what feeds the last layer: the keyword layer runs in parallel to it
+        kw_hidden, probs = self.keyword_layer(out.hidden_states[-2], keyword_attention_mask(side, keyword, attention_mask))
+        real = attention_mask.bool()
+        pooled = []
+        for role in (SIDE_A, SIDE_B):
+            weights = ((side == role) & real).to(kw_hidden.dtype).unsqueeze(-1)
+            pooled.append((kw_hidden * weights).sum(1) / weights.sum(1).clamp(min=1.0))
+        h_a, h_b = pooled
+        features = torch.cat([out.last_hidden_state[:, 0], h_a, h_b, h_a - h_b, h_b - h_a], dim=-1)
+        logits = self.classifier(self.dropout(features))
+        return (logits, probs) if return_attention else logits
+
+
+def load_dictionary(path: str | Path) -> Dictionary:
+    """A saved keyword dictionary (``Dictionary.load``), with an error naming the folder."""
+    from jingpai.keyword_dict import Dictionary
+
+    try:
+        return Dictionary.load(path)
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelLoadError(f"cannot load keyword dictionary from {path}: {exc}") from exc
+
+
+class KeywordBertReranker(Reranker):
+    """Keyword-attentive BERT matcher; score = P(match).
+
+    Args:
+        config: :class:`KwBertConfig`.
+        device: torch device (``None``: CUDA when available).
+        assets: saved model folder to rebuild from (used by :meth:`Reranker.load`).
+        dictionary: keyword dictionary to use (overrides ``config.dictionary``). Without any, every
+            side falls back to all of its tokens (logged).
+    """
+
+    name = "kwbert"
+    config_class = KwBertConfig
+    num_labels = 2
+
+    def __init__(
+        self,
+        config: KwBertConfig,
+        *,
+        device: str | None = None,
+        assets: Path | None = None,
+        dictionary: Dictionary | None = None,
+    ) -> None:
+        super().__init__(config, device=device)
+        if config.max_label <= 0:
+            raise ValueError(f"max_label must be > 0, got {config.max_label}")
+        self.config: KwBertConfig = config
+        self.tokenizer, backbone = load_backbone(config.base, assets, architecture=self.name)
+        if not getattr(self.tokenizer, "is_fast", False):
+            raise ModelLoadError("kwbert needs a fast tokenizer (offset mappings locate keyword tokens)")
+        self.net = KeywordBertNet(backbone, dropout=config.dropout).to(self.device)
+        if dictionary is None and assets is not None:
+            # a saved model uses only the dictionary it was saved with (none if it had none)
+            if (assets / DICTIONARY_DIR).exists():
+                dictionary = load_dictionary(assets / DICTIONARY_DIR)
+        elif dictionary is None and config.dictionary:
+            dictionary = load_dictionary(config.dictionary)
+        self.set_dictionary(dictionary)
+
+    def set_dictionary(self, dictionary: Dictionary | None) -> None:
+        """Use ``dictionary`` for keywords from now on (and record its version)."""
+        self.dictionary = dictionary
+        self.keyword_dict_version = dictionary.version if dictionary is not None else None
+        self._segmenter = None
+        if dictionary is None:
+            logger.warning("kwbert has no keyword dictionary: the keyword layer falls back to all tokens of each side")
+        else:
+            from jingpai.keyword_dict import Segmenter
+
+            self._segmenter = Segmenter(dictionary)
+
+    def keywords(self, text: str) -> list[str]:
+        """The keywords of ``text`` the model uses (best first)."""
+        if self.dictionary is None:
+            return []
+        from jingpai.keyword_dict import extract_keywords
+
+        return [w for w, _ in extract_keywords(text, self.dictionary, top_k=self.config.top_k_keywords, segmenter=self._segmenter)]
+
+    def _keyword_spans(self, text: str) -> list[tuple[int, int]]:
+        words = self.keywords(text)
+        if not words:
+            return []
+        from jingpai.keyword_dict import keyword_spans
+
+        return list(keyword_spans(text, words))
+
+    def featurize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
+        queries = [q for q, _ in pairs]
+        docs = [d for _, d in pairs]
+        enc = self.tokenizer(
+            queries, docs, padding=True, truncation="longest_first", max_length=self.config.max_length,
+            return_offsets_mapping=True, return_tensors="pt",
+        )
+        offsets = enc.pop("offset_mapping")
+        side = torch.zeros_like(enc["input_ids"])
+        keyword = torch.zeros_like(enc["input_ids"], dtype=torch.bool)
+        no_keywords = 0
+        for i, (query, doc) in enumerate(pairs):
+            spans = (self._keyword_spans(query), self._keyword_spans(doc))
+            no_keywords += sum(1 for s in spans if not s)
+            for j, seq in enumerate(enc.sequence_ids(i)):
+                if seq is None:
+                    continue
+                side[i, j] = SIDE_A if seq == 0 else SIDE_B
+                start, end = (int(x) for x in offsets[i, j])
+                keyword[i, j] = any(start < e and end > s for s, e in spans[seq])
+        if no_keywords and self.dictionary is not None:
+            logger.debug("%d of %d texts have no keyword: their tokens all take part in keyword attention", no_keywords, 2 * len(pairs))
+        return {**dict(enc), "side": side, "keyword": keyword}
+
+    def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.net(**batch)
+
+    def attention(self, pairs: Sequence[Pair]) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """``(featurized batch, keyword-layer attention [B, heads, L, L])`` for inspection."""
+        batch = self.featurize(pairs)
+        self.net.eval()
+        with torch.inference_mode():
+            _, probs = self.net(**self.to_device(batch), return_attention=True)
+        return batch, probs.cpu()
+
+    def scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.logits(batch).float().softmax(dim=-1)[:, 1]
+
+    def loss(self, batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
+        log_probs = self.logits(batch).float().log_softmax(dim=-1)
+        target = soft_targets(labels, self.config.max_label).to(log_probs.device)
+        return -(target * log_probs[:, 1] + (1 - target) * log_probs[:, 0]).mean()
+
+    def save_assets(self, directory: Path) -> None:
+        save_backbone(directory, self.tokenizer, self.net.backbone.config)
+        if self.dictionary is not None:
+            self.dictionary.save(directory / DICTIONARY_DIR)
+
+    @classmethod
+    def from_assets(cls, config: RerankerConfig, directory: Path, *, device: str | None = None) -> KeywordBertReranker:
+        if not isinstance(config, KwBertConfig):
+            raise ModelLoadError(f"{directory}: expected a KwBertConfig, got {type(config).__name__}")
+        return cls(config, device=device, assets=directory)
+
+
+__all__ = ["KeywordBertReranker", "KwBertConfig", "keyword_attention_mask"]

@@ -1,0 +1,291 @@
+"""Negative sampling for matching models (keyword-attentive-bert.txt §3.3; MODEL_NOTES §1).
+
+``keyword`` strategy — for each query q:
+
+1. retrieve candidates from a real engine with the keyword-augmented query ``q + " " + keywords(q)``;
+2. ``Sim(q, q)`` is the engine score of q itself (the hit whose text equals q; when q is not indexed,
+   the top score stands in for it, which is logged);
+3. keep candidate Q as a negative when ``Sim(q, Q) / Sim(q, q) < alpha`` AND the keyword overlap
+   ``|K(q) ∩ K(Q)| / |K(q) ∪ K(Q)| > beta`` (α 0.6, β 0.2 by default) — similar-looking but not the same;
+4. plus entity replacement: for a share ``replace_ratio`` of the queries, swap one keyword of q for
+   another word of the same dictionary domain (中国 → 美国) to make a near-duplicate negative.
+
+``random`` strategy — ``per_query`` texts drawn uniformly from the candidate pool, the usual baseline.
+
+Known positives (and q itself) are never emitted as negatives.
+
+Example:
+    >>> engine = connect("http://127.0.0.1:9200")                                     # doctest: +SKIP
+    >>> result = sample_negatives(queries, engine=engine, index="questions", dictionary=d,
+    ...                           settings=NegativeSettings(field="text"))            # doctest: +SKIP
+    >>> write_pairs(positives + result.pairs, "train_with_negatives.tsv")             # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, get_args
+
+from jingpai.engine.client import Engine
+from jingpai.reranker.data import LabeledPair
+
+if TYPE_CHECKING:
+    from jingpai.keyword_dict import Dictionary, Segmenter
+
+logger = logging.getLogger(__name__)
+
+Strategy = Literal["keyword", "random"]
+STRATEGIES: tuple[str, ...] = get_args(Strategy)
+
+
+class NegativeSamplingError(ValueError):
+    """Bad sampling settings or inputs (the message names the value and what was expected)."""
+
+
+@dataclass(frozen=True)
+class NegativeSettings:
+    """Options of :func:`sample_negatives`.
+
+    Attributes:
+        strategy: ``keyword`` (engine retrieval + α/β rule + entity replacement) or ``random``.
+        alpha: keep Q only when ``Sim(q,Q)/Sim(q,q) < alpha``.
+        beta: keep Q only when the keyword overlap (Jaccard) ``> beta``.
+        candidates: hits retrieved per query.
+        per_query: at most this many retrieved (or random) negatives per query.
+        replace_ratio: share of queries that also get an entity-replacement negative (``keyword`` only).
+        top_k_keywords: keywords per text for augmentation and overlap.
+        field: the index field holding the candidate text.
+        seed: random seed (replacement choices, random negatives).
+    """
+
+    strategy: Strategy = "keyword"
+    alpha: float = 0.6
+    beta: float = 0.2
+    candidates: int = 20
+    per_query: int = 2
+    replace_ratio: float = 0.5
+    top_k_keywords: int = 10
+    field: str = "text"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise NegativeSamplingError(f"unknown negative strategy {self.strategy!r}; expected one of {', '.join(STRATEGIES)}")
+        if not 0.0 <= self.replace_ratio <= 1.0:
+            raise NegativeSamplingError(f"replace_ratio must be in [0, 1], got {self.replace_ratio}")
+        for name in ("candidates", "per_query", "top_k_keywords"):
+            if getattr(self, name) < 1:
+                raise NegativeSamplingError(f"{name} must be >= 1, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class NegativeRecord:
+    """Why one negative was emitted: its source, the rule's two numbers (retrieved) or the swap (replaced)."""
+
+    query: str
+    document: str
+    source: Literal["retrieved", "replaced", "random"]
+    sim_ratio: float | None = None
+    overlap: float | None = None
+    swapped: tuple[str, str] | None = None
+
+
+@dataclass
+class NegativeResult:
+    """Negatives as label-0 pairs, with per-pair records and counts."""
+
+    pairs: list[LabeledPair] = field(default_factory=list)
+    records: list[NegativeRecord] = field(default_factory=list)
+    stats: dict[str, int] = field(default_factory=dict)
+
+    def add(self, record: NegativeRecord) -> None:
+        self.records.append(record)
+        self.pairs.append(LabeledPair(record.query, record.document, 0.0))
+        self.stats[record.source] = self.stats.get(record.source, 0) + 1
+
+
+def keyword_overlap(a: Iterable[str], b: Iterable[str]) -> float:
+    """Jaccard overlap ``|A ∩ B| / |A ∪ B|`` of two keyword sets (0.0 when both are empty)."""
+    sa, sb = set(a), set(b)
+    union = sa | sb
+    return len(sa & sb) / len(union) if union else 0.0
+
+
+def augmented_query(text: str, keywords: Sequence[str]) -> str:
+    """The search text ``{x1 … xn, k1 … km}``: the query followed by its keywords."""
+    return " ".join([text, *keywords]) if keywords else text
+
+
+def _keywords(text: str, dictionary: Dictionary, segmenter: Segmenter, top_k: int) -> list[str]:
+    from jingpai.keyword_dict import extract_keywords
+
+    return [w for w, _ in extract_keywords(text, dictionary, top_k=top_k, segmenter=segmenter)]
+
+
+def _hit_text(hit: dict, field_name: str) -> str | None:
+    value = (hit.get("_source") or {}).get(field_name)
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return value if isinstance(value, str) else None
+
+
+def retrieve(engine: Engine, index: str, text: str, *, field_name: str, size: int) -> list[tuple[str, float]]:
+    """``[(candidate text, engine score)]`` for a match query on ``field_name``, best first."""
+    body = {"query": {"match": {field_name: text}}, "size": size, "_source": [field_name]}
+    hits = engine.search(index, body)["hits"]["hits"]
+    out = []
+    for hit in hits:
+        candidate = _hit_text(hit, field_name)
+        if candidate is None:
+            raise NegativeSamplingError(f"index {index!r} hit {hit.get('_id')!r} has no text field {field_name!r}; pass the field holding the text")
+        out.append((candidate, float(hit["_score"])))
+    return out
+
+
+def replace_entity(
+    text: str, keywords: Sequence[str], dictionary: Dictionary, rng: random.Random
+) -> tuple[str, str, str] | None:
+    """Swap one keyword of ``text`` for another word of its best dictionary domain.
+
+    Returns:
+        ``(new text, old word, new word)``, or ``None`` when no keyword has a same-domain alternative
+        that is not already in ``text``.
+    """
+    options = []
+    for word in keywords:
+        domains = dictionary.domains(word)
+        if not domains or word not in text:
+            continue
+        domain = max(domains, key=domains.get)
+        alternatives = [w for w in dictionary.domain_words(domain) if w != word and w not in text]
+        if alternatives:
+            options.append((word, alternatives))
+    if not options:
+        return None
+    word, alternatives = rng.choice(options)
+    new = rng.choice(alternatives)
+    return text.replace(word, new, 1), word, new
+
+
+def sample_negatives(
+    queries: Sequence[str],
+    *,
+    engine: Engine | None = None,
+    index: str | None = None,
+    dictionary: Dictionary | None = None,
+    settings: NegativeSettings,
+    positives: Mapping[str, set[str]] | None = None,
+    pool: Sequence[str] | None = None,
+) -> NegativeResult:
+    """Label-0 pairs for ``queries`` by the chosen strategy.
+
+    Args:
+        queries: the queries to find negatives for (duplicates are processed once).
+        engine: engine holding the candidate index (``keyword`` strategy).
+        index: index or alias name to retrieve from (``keyword`` strategy).
+        dictionary: keyword dictionary (``keyword`` strategy: keywords, overlap and replacement).
+        settings: :class:`NegativeSettings`.
+        positives: ``{query: {known positive texts}}`` never to be emitted as negatives.
+        pool: candidate texts for the ``random`` strategy.
+
+    Returns:
+        :class:`NegativeResult` (pairs, records, stats).
+
+    Raises:
+        NegativeSamplingError: a required input for the strategy is missing.
+    """
+    known = positives or {}
+    rng = random.Random(settings.seed)
+    result = NegativeResult(stats={"queries": 0})
+    unique = list(dict.fromkeys(queries))
+    if settings.strategy == "random":
+        if not pool:
+            raise NegativeSamplingError("the random strategy needs a candidate pool of texts (pool=…)")
+        candidates = list(dict.fromkeys(pool))
+        for q in unique:
+            result.stats["queries"] += 1
+            banned = known.get(q, set()) | {q}
+            allowed = [c for c in candidates if c not in banned]
+            for doc in rng.sample(allowed, min(settings.per_query, len(allowed))):
+                result.add(NegativeRecord(q, doc, "random"))
+        return result
+
+    missing = [name for name, value in (("engine", engine), ("index", index), ("dictionary", dictionary)) if value is None]
+    if missing:
+        raise NegativeSamplingError(f"the keyword strategy needs {', '.join(missing)}")
+    from jingpai.keyword_dict import Segmenter
+
+    segmenter = Segmenter(dictionary)
+    fallbacks = 0
+    for q in unique:
+        result.stats["queries"] += 1
+        kq = _keywords(q, dictionary, segmenter, settings.top_k_keywords)
+        hits = retrieve(engine, index, augmented_query(q, kq), field_name=settings.field, size=settings.candidates + 1)
+        if not hits:
+            logger.debug("no candidates retrieved for %r", q)
+            continue
+        self_scores = [s for text, s in hits if text == q]
+        if self_scores:
+            self_score = max(self_scores)
+        else:
+            fallbacks += 1
+            self_score = hits[0][1]
+        banned = known.get(q, set()) | {q}
+        kept = 0
+        for text, score in hits:
+            if text in banned or kept >= settings.per_query:
+                continue
+            ratio = score / self_score if self_score > 0 else 1.0
+            overlap = keyword_overlap(kq, _keywords(text, dictionary, segmenter, settings.top_k_keywords))
+            if ratio < settings.alpha and overlap > settings.beta:
+                result.add(NegativeRecord(q, text, "retrieved", sim_ratio=ratio, overlap=overlap))
+                kept += 1
+        if settings.replace_ratio > 0 and rng.random() < settings.replace_ratio:
+            swapped = replace_entity(q, kq, dictionary, rng)
+            if swapped is not None and swapped[0] not in banned:
+                result.add(NegativeRecord(q, swapped[0], "replaced", swapped=(swapped[1], swapped[2])))
+    if fallbacks:
+        logger.info("%d of %d queries were not in index %r: the top engine score stood in for Sim(q, q)", fallbacks, len(unique), index)
+    result.stats["self_score_fallbacks"] = fallbacks
+    return result
+
+
+def index_texts(engine: Engine, index: str, texts: Iterable[str], *, field_name: str = "text") -> int:
+    """Create ``index`` holding one document per distinct text (field ``field_name``), refreshed.
+
+    A convenience for sampling from a plain list of questions; corpora indexed with ``jingpai index``
+    can be used directly (pass their text field).
+
+    Returns:
+        The number of documents indexed.
+
+    Raises:
+        NegativeSamplingError: some documents were rejected by the engine.
+    """
+    unique = list(dict.fromkeys(t for t in texts if t))
+    engine.create_index(index, mappings={"properties": {field_name: {"type": "text"}}})
+    failed = [item for ok, item in engine.bulk(
+        ({"_op_type": "index", "_index": index, "_id": str(i), "_source": {field_name: t}} for i, t in enumerate(unique))
+    ) if not ok]
+    if failed:
+        raise NegativeSamplingError(f"{len(failed)} of {len(unique)} texts were rejected by {index!r}, e.g. {failed[0]}")
+    engine.refresh(index)
+    return len(unique)
+
+
+__all__ = [
+    "STRATEGIES",
+    "NegativeRecord",
+    "NegativeResult",
+    "NegativeSamplingError",
+    "NegativeSettings",
+    "augmented_query",
+    "index_texts",
+    "keyword_overlap",
+    "replace_entity",
+    "retrieve",
+    "sample_negatives",
+]

@@ -1,0 +1,369 @@
+"""The rerank service in-process: a real tiny cross-encoder behind the real FastAPI app.
+
+Concurrency tests drive the ASGI app through httpx's ASGI transport inside one event loop, so the
+batching engine really merges requests; merging is checked through ``/metrics``, never through timings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
+
+from jingpai.reranker import registry
+from jingpai.reranker.base import Reranker
+from jingpai.reranker.service import ServiceSettings, TextMeasure, create_app, resolve_dtype
+
+QUERY = "哪些因素会影响中国的GDP"
+DOCS = [
+    "影响中国GDP增长的因素有哪些",
+    "今天天气怎么样",
+    "花呗怎么还款",
+    "who is the author of the iron lady",
+    "中国经济增长的主要动力是消费投资和出口",
+]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_bert_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    torch.manual_seed(0)
+    model = registry.create("cross", base=str(tiny_bert_dir), max_length=64, device="cpu")
+    return model.save(tmp_path_factory.mktemp("served") / "tiny-cross")
+
+
+@pytest.fixture(scope="module")
+def model(model_dir: Path) -> Reranker:
+    return Reranker.load(model_dir, device="cpu")
+
+
+def fp32(**kw) -> ServiceSettings:
+    return ServiceSettings(model_name="tiny-cross", dtype="fp32", **kw)
+
+
+@pytest.fixture
+def client(model: Reranker) -> Iterator[TestClient]:
+    with TestClient(create_app(fp32(max_docs=8, max_query_chars=40, max_body_bytes=4000), model)) as c:
+        yield c
+
+
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """One sample's value from Prometheus text output."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    raise AssertionError(f"no sample {name} {labels} in /metrics")
+
+
+def run_concurrently(app, requests: list[tuple[str, dict]]) -> tuple[list[httpx.Response], str]:
+    """Send ``requests`` at once through the ASGI app; return the responses and then ``/metrics``."""
+
+    async def go() -> tuple[list[httpx.Response], str]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://svc") as c:
+            responses = await asyncio.gather(*(c.post(path, json=body) for path, body in requests))
+            return list(responses), (await c.get("/metrics")).text
+
+    return asyncio.run(go())
+
+
+# ------------------------------------------------------------------------------------ API contracts
+
+
+def test_tei_rerank_contract(client: TestClient, model: Reranker) -> None:
+    expected_raw = model.predict([(QUERY, d) for d in DOCS])
+    r = client.post("/rerank", json={"query": QUERY, "texts": DOCS, "return_text": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert [rec["index"] for rec in body] == list(np.argsort(-expected_raw, kind="stable"))
+    for rec in body:
+        assert set(rec) == {"index", "score", "text"}
+        assert rec["text"] == DOCS[rec["index"]]
+        assert rec["score"] == pytest.approx(sigmoid(expected_raw[rec["index"]]), abs=1e-5)
+    raw = client.post("/rerank", json={"query": QUERY, "texts": DOCS, "raw_scores": True}).json()
+    assert all(set(rec) == {"index", "score"} for rec in raw)
+    assert {rec["index"]: rec["score"] for rec in raw} == pytest.approx(dict(enumerate(expected_raw.tolist())), abs=1e-5)
+
+
+@pytest.mark.parametrize("version", ["1", "2"])
+def test_cohere_jina_rerank_contract(client: TestClient, model: Reranker, version: str) -> None:
+    expected = sigmoid(model.predict([(QUERY, d) for d in DOCS]))
+    documents = [DOCS[0], {"text": DOCS[1]}, *DOCS[2:]]
+    r = client.post(f"/v{version}/rerank", json={"model": "rerank-v3.5", "query": QUERY, "documents": documents, "top_n": 3, "return_documents": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["model"] == "tiny-cross" and body["meta"] == {"api_version": {"version": version}} and body["id"]
+    results = body["results"]
+    assert [res["index"] for res in results] == list(np.argsort(-expected, kind="stable")[:3])
+    for res in results:
+        assert res["relevance_score"] == pytest.approx(expected[res["index"]], abs=1e-5)
+        assert res["document"] == {"text": DOCS[res["index"]]}
+    plain = client.post(f"/v{version}/rerank", json={"query": QUERY, "documents": DOCS}).json()["results"]
+    assert len(plain) == len(DOCS) and all(set(res) == {"index", "relevance_score"} for res in plain)
+
+
+def test_opensearch_text_similarity_contract(client: TestClient, model: Reranker) -> None:
+    expected = sigmoid(model.predict([(QUERY, d) for d in DOCS]))
+    r = client.post("/opensearch/text_similarity", json={"query_text": QUERY, "text_docs": DOCS})
+    assert r.status_code == 200, r.text
+    results = r.json()["inference_results"]
+    assert len(results) == len(DOCS)
+    for i, res in enumerate(results):  # input order, one tensor each
+        (tensor,) = res["output"]
+        assert tensor["name"] == "similarity" and tensor["data_type"] == "FLOAT32" and tensor["shape"] == [1]
+        assert tensor["data"][0] == pytest.approx(expected[i], abs=1e-5)
+
+
+def test_health_info_metrics_and_openapi(client: TestClient) -> None:
+    assert client.get("/health").json() == {"status": "ok"}
+    info = client.get("/info").json()
+    assert info["model_name"] == "tiny-cross" and info["architecture"] == "cross"
+    assert info["device"] == "cpu" and info["dtype"] == "fp32" and info["token_counts"] == "exact"
+    assert info["dictionary_version"] is None and info["score"] == "sigmoid(logit)"
+    assert info["limits"] == {
+        "max_docs": 8, "max_body_bytes": 4000, "max_query_chars": 40, "max_length": 64,
+        "max_batch_tokens": 16384, "queue_timeout_ms": 30000,
+    }
+    client.post("/rerank", json={"query": QUERY, "texts": DOCS[:2]})
+    metrics = client.get("/metrics")
+    assert metrics.headers["content-type"].startswith("text/plain")
+    assert metric(metrics.text, "jingpai_rerank_requests_total", route="/rerank", status="200") == 1
+    assert metric(metrics.text, "jingpai_rerank_pairs_total") == 2  # the start-up warm-up is not counted
+    spec = client.get("/openapi.json").json()
+    assert {"/rerank", "/v1/rerank", "/v2/rerank", "/opensearch/text_similarity", "/health", "/info", "/metrics"} <= set(spec["paths"])
+    tei = spec["components"]["schemas"]["TeiRerankRequest"]
+    assert tei["required"] == ["query", "texts"] and tei["additionalProperties"] is False
+
+
+# ------------------------------------------------------------------------------------ batching
+
+
+def test_concurrent_requests_merge_into_batches_and_score_as_one_by_one(model: Reranker) -> None:
+    queries = [QUERY, "花呗怎么还款", "iron lady author", "今天天气"]
+    requests = [("/rerank", {"query": q, "texts": DOCS[i % 3 :], "raw_scores": True}) for i, q in enumerate(queries * 2)]
+    app = create_app(fp32(batch_wait_ms=500), model)
+    responses, metrics = run_concurrently(app, requests)
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
+
+    batches = metric(metrics, "jingpai_rerank_batch_requests_count")
+    single = metric(metrics, "jingpai_rerank_batch_requests_bucket", le="1.0")
+    assert batches < len(requests) and single < batches, "concurrent requests were not merged"
+    assert metric(metrics, "jingpai_rerank_batch_requests_sum") >= len(requests)
+    assert metric(metrics, "jingpai_rerank_pairs_total") == sum(len(b["texts"]) for _, b in requests)
+
+    sequential = TestClient(create_app(fp32(), model))
+    for (_, body), resp in zip(requests, responses, strict=True):
+        got = {rec["index"]: rec["score"] for rec in resp.json()}
+        alone = {rec["index"]: rec["score"] for rec in sequential.post("/rerank", json=body).json()}
+        direct = model.predict([(body["query"], t) for t in body["texts"]])
+        assert got == pytest.approx(alone, abs=1e-5)
+        assert got == pytest.approx(dict(enumerate(direct.tolist())), abs=1e-5)
+
+
+def test_token_budget_splits_sorted_batches(model: Reranker) -> None:
+    app = create_app(fp32(max_batch_tokens=100), model)
+    engine = app.state.service.engine
+    lengths = [30, 5, 12, 30, 7, 50, 12]
+    plan = engine.plan(lengths)
+    assert sorted(i for batch in plan for i in batch) == list(range(len(lengths)))
+    for batch in plan:
+        assert len(batch) * max(lengths[i] for i in batch) <= 100
+    flat = [lengths[i] for batch in plan for i in batch]
+    assert flat == sorted(lengths)
+    assert engine.plan([150]) == [[0]]  # one pair over budget still runs, alone
+
+
+def test_a_failing_batch_fails_only_its_own_request(model: Reranker) -> None:
+    good = [("/rerank", {"query": QUERY, "texts": DOCS, "raw_scores": True}), ("/v1/rerank", {"query": "花呗", "documents": DOCS[:2]})]
+    # a lone surrogate is valid JSON but no tokenizer can encode it: featurize raises for this request
+    bad = ("/rerank", {"query": QUERY, "texts": [DOCS[0], "bad \ud800 text"]})
+    app = create_app(fp32(batch_wait_ms=500), model)
+
+    async def go() -> tuple[list[httpx.Response], str]:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://svc") as c:
+
+            def post(path: str, body: dict):
+                data = json.dumps(body, ensure_ascii=True).encode("ascii")  # ascii escapes keep \ud800 sendable
+                return c.post(path, content=data, headers={"content-type": "application/json"})
+
+            responses = await asyncio.gather(post(*good[0]), post(*bad), post(*good[1]))
+            return list(responses), (await c.get("/metrics")).text
+
+    (ok1, failed, ok2), metrics = asyncio.run(go())
+    assert failed.status_code == 422
+    assert failed.json()["error"].startswith("the model could not read this request's input: TypeError:")
+    assert ok1.status_code == 200 and ok2.status_code == 200
+    direct = model.predict([(QUERY, d) for d in DOCS])
+    assert {rec["index"]: rec["score"] for rec in ok1.json()} == pytest.approx(dict(enumerate(direct.tolist())), abs=1e-5)
+    # the merged batch failed once, then the bad request failed again on its own retry
+    assert metric(metrics, "jingpai_rerank_failed_batches_total") == 2
+    assert metric(metrics, "jingpai_rerank_requests_total", route="/rerank", status="422") == 1
+
+
+def test_waiting_too_long_returns_503_with_retry_after(model: Reranker) -> None:
+    # the batcher holds every request for 2 s to gather more, far past the 5 ms queue timeout
+    app = create_app(fp32(queue_timeout_ms=5, batch_wait_ms=2000), model)
+    (r,), metrics = run_concurrently(app, [("/rerank", {"query": QUERY, "texts": DOCS})])
+    assert r.status_code == 503
+    assert r.headers["retry-after"] == "1"
+    assert r.json() == {
+        "error": "the request waited more than 5 ms for the model (queue_timeout_ms, --queue-timeout-ms / "
+        "JINGPAI_SERVE_QUEUE_TIMEOUT_MS); retry later",
+        "error_type": "overloaded",
+    }
+    assert metric(metrics, "jingpai_rerank_queue_timeouts_total") == 1
+
+
+# ------------------------------------------------------------------------------------ limits and errors
+
+
+def test_too_many_documents_is_413_naming_the_limit(client: TestClient) -> None:
+    r = client.post("/v2/rerank", json={"query": "q", "documents": ["a"] * 9})
+    assert r.status_code == 413
+    assert r.json()["error"] == "documents holds 9 documents; the limit is max_docs=8 (--max-docs / JINGPAI_SERVE_MAX_DOCS)"
+
+
+def test_body_over_the_limit_is_413_with_or_without_content_length(client: TestClient) -> None:
+    r = client.post("/rerank", json={"query": "q", "texts": ["长" * 1500]})
+    assert r.status_code == 413
+    assert r.json()["error"].startswith("request body is 45")
+    assert r.json()["error"].endswith("bytes; the limit is max_body_bytes=4000 (--max-body-bytes / JINGPAI_SERVE_MAX_BODY_BYTES)")
+
+    def chunked() -> Iterator[bytes]:
+        yield b'{"query": "q", "texts": ["'
+        for _ in range(50):
+            yield b"x" * 100
+        yield b'"]}'
+
+    r = client.post("/opensearch/text_similarity", content=chunked(), headers={"content-type": "application/json"})
+    assert r.status_code == 413
+    assert r.json()["error"] == (
+        "request body is more than 4000 bytes; the limit is max_body_bytes=4000 (--max-body-bytes / JINGPAI_SERVE_MAX_BODY_BYTES)"
+    )
+
+
+def test_query_too_long_is_422_naming_the_limit(client: TestClient) -> None:
+    r = client.post("/opensearch/text_similarity", json={"query_text": "问" * 41, "text_docs": ["a"]})
+    assert r.status_code == 422
+    assert r.json() == {
+        "error": "query_text is 41 characters long; the limit is max_query_chars=40 (--max-query-chars / JINGPAI_SERVE_MAX_QUERY_CHARS)",
+        "error_type": "validation",
+    }
+
+
+def test_unknown_fields_and_bad_values_are_422(client: TestClient) -> None:
+    r = client.post("/rerank", json={"query": "q", "texts": ["a"], "truncation_direction": "left"})
+    assert r.status_code == 422
+    assert r.json()["error"] == "truncation_direction: unknown field (see /openapi.json for the accepted fields)"
+    r = client.post("/v1/rerank", json={"query": "q", "documents": ["a"], "top_n": 0})
+    assert r.status_code == 422 and r.json()["error"] == "top_n: Input should be greater than or equal to 1"
+    r = client.post("/rerank", json={"query": "q"})
+    assert r.status_code == 422 and r.json()["error"] == "texts: Field required"
+    r = client.post("/rerank", json={"query": "q", "texts": []})
+    assert r.status_code == 422 and r.json()["error"] == "texts must hold at least one document"
+    r = client.post("/rerank", content=b'{"query": ', headers={"content-type": "application/json"})
+    assert r.status_code == 422 and r.json()["error"].startswith("the body is not valid JSON (at character 10")
+
+
+def test_truncate_false_rejects_pairs_over_max_length(client: TestClient, model: Reranker) -> None:
+    long_doc = "中国经济" * 30  # 120 tokens > max_length 64
+    r = client.post("/rerank", json={"query": "中国", "texts": ["短文", long_doc], "truncate": False})
+    assert r.status_code == 413
+    assert r.json()["error"] == (
+        "texts[1] is more than 64 tokens together with the query; the limit is max_length=64 (--max-length / "
+        "JINGPAI_SERVE_MAX_LENGTH); send truncate=true to cut it"
+    )
+    r = client.post("/rerank", json={"query": "中国", "texts": ["短文", long_doc], "raw_scores": True})
+    assert r.status_code == 200
+    scores = {rec["index"]: rec["score"] for rec in r.json()}
+    assert scores[1] == pytest.approx(float(model.predict([("中国", long_doc)])[0]), abs=1e-5)  # truncated like the model
+
+
+def test_text_measure_reads_a_prefix_of_long_texts_but_matches_the_whole_text(model: Reranker) -> None:
+    measure = TextMeasure(model)
+    zh = "影响中国GDP增长的因素有哪些，消费投资和出口。" * 200
+    en = "the quick brown fox jumps over the lazy dog " * 300
+    for text in (zh, en, "短文"):
+        full = model.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+        ((spans, more),) = measure.spans([text], cap=100)
+        assert spans == [tuple(sp) for sp in full[:100]] and more == (len(full) > 100)
+    assert measure.lengths(["短文", zh], cap=100) == [2, 101]
+
+
+def test_max_chunks_scores_the_best_chunk_of_a_long_document(model: Reranker) -> None:
+    long_doc = "今天天气很好，我们去公园散步。" * 6 + "影响中国GDP增长的因素有哪些？消费投资和出口。" * 3
+    measure = TextMeasure(model)
+    assert measure.lengths([long_doc])[0] > 64
+    truncated = float(model.predict([(QUERY, long_doc)])[0])
+    app = create_app(fp32(long_docs="max-chunks", max_chunks_per_doc=6), model)
+    (r,), metrics = run_concurrently(app, [("/rerank", {"query": QUERY, "texts": [long_doc], "raw_scores": True})])
+    chunk_pairs = metric(metrics, "jingpai_rerank_pairs_total")
+    assert 2 <= chunk_pairs <= 6
+    q_len = measure.lengths([QUERY])[0]
+    room = 64 - measure.pair_overhead - q_len
+    (spans, _more), = measure.spans([long_doc], cap=10_000)
+    chunks = measure.windows(long_doc, spans, size=room, stride=room - room // 8, limit=6)
+    assert len(chunks) == chunk_pairs
+    best = float(model.predict([(QUERY, c) for c in chunks]).max())
+    score = r.json()[0]["score"]
+    assert score == pytest.approx(best, abs=1e-5)
+    assert score >= truncated - 1e-5  # the first chunk is exactly the truncated pair
+    # Cohere v1 asks for chunking per request, even on a truncating service
+    app = create_app(fp32(max_chunks_per_doc=6), model)
+    (r,), metrics = run_concurrently(app, [("/v1/rerank", {"query": QUERY, "documents": [long_doc], "max_chunks_per_doc": 6})])
+    assert r.json()["results"][0]["relevance_score"] == pytest.approx(sigmoid(np.array(best)), abs=1e-5)
+    assert metric(metrics, "jingpai_rerank_pairs_total") == chunk_pairs
+
+
+def test_app_puts_the_model_in_eval_mode_and_max_length_replaces_the_models(model_dir: Path) -> None:
+    model = Reranker.load(model_dir, device="cpu")
+    model.net.train()
+    app = create_app(fp32(max_length=32), model)
+    assert model.config.max_length == 32 and app.state.service.max_length == 32
+    assert not model.net.training  # served with dropout off
+    with pytest.raises(ValueError, match="max_length=512 exceeds the model's max_position_embeddings=256"):
+        create_app(fp32(max_length=512), model)
+
+
+# ------------------------------------------------------------------------------------ settings
+
+
+def test_settings_reject_bad_values_naming_the_field() -> None:
+    with pytest.raises(ValueError, match=r"dtype='int8' is not valid; expected one of auto, bf16, fp16, fp32"):
+        ServiceSettings(dtype="int8")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"long_docs='split' is not valid; expected one of truncate, max-chunks"):
+        ServiceSettings(long_docs="split")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="max_docs must be >= 1, got 0"):
+        ServiceSettings(max_docs=0)
+    with pytest.raises(ValueError, match="batch_wait_ms must be >= 0, got -1"):
+        ServiceSettings(batch_wait_ms=-1)
+
+
+def test_dtype_resolution() -> None:
+    cpu = torch.device("cpu")
+    assert resolve_dtype("fp32", cpu) == "fp32" and resolve_dtype("bf16", cpu) == "bf16"
+    from jingpai.reranker.service import cpu_has_native_bf16
+
+    assert resolve_dtype("auto", cpu) == ("bf16" if cpu_has_native_bf16() else "fp32")
+
+
+def test_bf16_autocast_on_cpu_keeps_the_ranking_close(model: Reranker) -> None:
+    app = create_app(ServiceSettings(dtype="bf16"), model)
+    with TestClient(app) as c:
+        assert c.get("/info").json()["dtype"] == "bf16"
+        r = c.post("/rerank", json={"query": QUERY, "texts": DOCS, "raw_scores": True})
+    assert r.status_code == 200
+    got = {rec["index"]: rec["score"] for rec in r.json()}
+    direct = model.predict([(QUERY, d) for d in DOCS])
+    assert max(abs(got[i] - direct[i]) for i in range(len(DOCS))) < 0.05
