@@ -152,6 +152,57 @@ def dev_loss(model: Reranker, pairs: Sequence[LabeledPair], *, batch_size: int, 
     return total / count
 
 
+def build_model(
+    name: str,
+    config: dict[str, Any],
+    train_pairs: Sequence[LabeledPair],
+    *,
+    device: str | None = None,
+    vectors: str | Path | None = None,
+) -> Reranker:
+    """A new, untrained model of architecture ``name`` ready for :func:`train`.
+
+    Models that learn a vocabulary from data (``hcan``/``iasm`` words, ``tita`` topics) expose a
+    ``build(texts, config, …)`` classmethod and get the training texts; the others are built from their
+    config alone.
+
+    Args:
+        name: registered architecture name.
+        config: config fields of that architecture (e.g. ``{"base": "/models/minilm", "max_length": 128}``).
+        train_pairs: the training pairs (their texts feed ``build``).
+        device: torch device.
+        vectors: pre-trained word vectors for word-level models.
+
+    Raises:
+        ValueError: a config field is unknown to the architecture, or ``vectors`` is given to a model
+            that takes none.
+    """
+    import inspect
+
+    from jingpai.reranker import registry
+
+    cls = registry.get(name)
+    fields = set(cls.config_class.__dataclass_fields__)
+    unknown = sorted(set(config) - fields)
+    if unknown:
+        raise ValueError(f"unknown {name} config field(s) {unknown}; expected some of {sorted(fields)}")
+    cfg = cls.config_class(**config)
+    build = getattr(cls, "build", None)
+    if not callable(build):
+        if vectors is not None:
+            raise ValueError(f"{name} takes no word vectors; --vectors is for word-level models (hcan, iasm)")
+        return cls(cfg, device=device)
+    params = list(inspect.signature(build).parameters)
+    texts_only_docs = params and params[0] == "documents"
+    texts = [p.document for p in train_pairs] if texts_only_docs else [t for p in train_pairs for t in (p.query, p.document)]
+    kwargs: dict[str, Any] = {"device": device}
+    if vectors is not None:
+        if "vectors" not in params:
+            raise ValueError(f"{name} takes no word vectors; --vectors is for word-level models (hcan, iasm)")
+        kwargs["vectors"] = vectors
+    return build(texts, cfg, **kwargs)
+
+
 def train(
     model: Reranker,
     train_pairs: Sequence[LabeledPair],
@@ -302,4 +353,4 @@ def train(
     return TrainResult(best_model, out, best, best_step, step, history)
 
 
-__all__ = ["DEV_METRICS", "TrainResult", "TrainSettings", "TrainingError", "seed_everything", "train"]
+__all__ = ["DEV_METRICS", "TrainResult", "TrainSettings", "TrainingError", "build_model", "seed_everything", "train"]

@@ -43,8 +43,3 @@ def tiny_bert_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -
     """A tiny random ``BertModel`` + ``BertTokenizer`` checkpoint built once per session."""
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny-bert"), sample_texts(shared_data), seed=0)
 
-
-@pytest.fixture(scope="session")
-def afqmc_pairs(shared_data: Path) -> list[tuple[str, str, int]]:
-    """200 real AFQMC training pairs."""
-    return read_tsv_pairs(shared_data / "zh/afqmc/train.tsv", 200)
