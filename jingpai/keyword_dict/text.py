@@ -46,8 +46,8 @@ def is_candidate_word(word: str) -> bool:
     parts = units(word)
     if not parts or word.isdigit():
         return False
-    # numbers make poor keywords: "跌2" (from 跌2.5%), "大学2010年"; short counts like 3居 / 98折 stay
-    if len(parts) >= 2 and (parts[-1].isdigit() or any(p.isdigit() and len(p) > 2 for p in parts)):
+    # numbers make poor keywords: "跌2" (from 跌2.5%), "大学2010年"; short ones like 3居, 98折, 360公司 stay
+    if len(parts) >= 2 and (parts[-1].isdigit() or any(p.isdigit() and len(p) >= 4 for p in parts)):
         return False
     # a lone Han character is too ambiguous to be a keyword; a lone Latin run (GDP, iPhone) is not
     return len(parts) >= 2 or (len(word) >= 2 and word.isascii())

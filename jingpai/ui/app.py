@@ -435,7 +435,6 @@ async def api_search(request: Request) -> Response:
 
     engine_hits = engine_data["hits"]["hits"]
     engine_rank = {str(h.get("_id")): i for i, h in enumerate(engine_hits, start=1)}
-    engine_score = {str(h.get("_id")): h.get("_score") for h in engine_hits}
     engine_column = Column(mode="off", total=_total(engine_data), took_ms=engine_data.get("took"))
     for rank, hit in enumerate(engine_hits[:size], start=1):
         item = _hit(hit, rank, keywords, ui, fields)
@@ -458,8 +457,6 @@ async def api_search(request: Request) -> Response:
         item.engine_rank = before
         item.moved = before - rank if before is not None else None
         item.new = before is None
-        if before is not None and not reranked and mode == "off":
-            item.engine_score = engine_score.get(item.id)
         jingpai_column.hits.append(item)
     for item in engine_column.hits:
         item.rerank_score = rerank_scores.get(item.id)

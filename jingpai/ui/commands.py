@@ -64,6 +64,7 @@ def demo(kind: str, engine_url: str | None, engine_port: int | None, port: int, 
     except ValueError as exc:
         raise click.ClickException(str(exc)) from exc
 
+    _quiet_libraries()
     stop = threading.Event()
     ready = threading.Event()
 
@@ -84,6 +85,16 @@ def demo(kind: str, engine_url: str | None, engine_port: int | None, port: int, 
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _quiet_libraries() -> None:
+    """Keep the demo's console to its own progress lines: no per-checkpoint load reports or weight bars."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # transformers is a dependency; a broken install shows up later with a clear error
+        return
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
 
 
 __all__ = ["demo"]

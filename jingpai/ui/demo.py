@@ -331,7 +331,18 @@ def build_demo_dictionary(settings: DemoSettings, echo: Echo) -> tuple[Any, Path
         echo(f"      no THUCNews titles at {titles}: using the demo corpus's categories only")
     for record in read_jsonl(DEMO_CORPUS):
         domains.setdefault(str(record["category"]), []).append(f"{record['title']}\n{record['content']}")
-    dictionary = build_dictionary(domains)
+    build_logger = logging.getLogger("jingpai.keyword_dict.build")
+    level = build_logger.level
+    # the shipped corpus's categories hold 3-37 documents each: the per-domain "coarse scores" warnings are
+    # expected here, so the console gets one note instead of one warning per category
+    build_logger.setLevel(logging.ERROR)
+    try:
+        dictionary = build_dictionary(domains)
+    finally:
+        build_logger.setLevel(level)
+    small = sorted(name for name, docs in domains.items() if len(docs) < 20)
+    if small:
+        logger.info("demo dictionary: domains %s have < 20 documents; their diff-idf scores are coarse", small)
     dictionary.save(directory)
     echo(f"      built dictionary {dictionary.version}: {len(dictionary)} words in {len(dictionary.domain_names())} domains")
     return dictionary, directory

@@ -5,7 +5,8 @@ vocabulary covers the corpus (:func:`jingpai.reranker.tiny.build_tiny_checkpoint
 the project's training loop (:func:`jingpai.reranker.train.train`) on pairs made from the corpus and the
 keyword dictionary:
 
-- **query**: a document's top dictionary keywords (two of them, e.g. ``360 安全``);
+- **query**: the entity its title starts with (``360公司``, ``Xbox 360``, ``风光360``), or the document's
+  two top dictionary keywords (``浏览器 安全``);
 - **positive**: that document's title + lead;
 - **hard negatives**: documents of *other* categories that share one of the query's keywords — the
   「360公司」 vs Xbox 360 vs 风光360 situation — topped up with random documents of other categories.
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 #: bump when the recipe changes, so cached demo models are retrained
-RECIPE = "demo-cross-1"
+RECIPE = "demo-hcan-2"
 
 
 class DemoModelError(RuntimeError):
@@ -66,7 +67,7 @@ class DemoRecipe:
         seed: data sampling, weight init and shuffling.
     """
 
-    architecture: Literal["cross", "hcan"] = "cross"
+    architecture: Literal["cross", "hcan"] = "hcan"
     budget_s: float = 150.0
     threads: int | None = 1
     queries_per_doc: int = 2
@@ -122,34 +123,40 @@ def pseudo_pairs(
     if len(records) > recipe.max_docs:
         records = rng.sample(records, recipe.max_docs)
     segmenter = Segmenter(dictionary)
-    docs: list[tuple[str, str, list[str]]] = []  # (category, text, keywords)
+    docs: list[tuple[str, str, list[str], str, list[str]]] = []  # (category, text, keywords, title head, head words)
     for record in records:
         text = doc_text(record, recipe.lead_chars)
         if not text:
             continue
-        full = f"{record.get('title') or ''}\n{record.get('content') or ''}"
+        title = str(record.get("title") or "")
+        full = f"{title}\n{record.get('content') or ''}"
         keywords = [w for w, _ in extract_keywords(full, dictionary, top_k=recipe.keywords_top_k, segmenter=segmenter)]
         if len(keywords) >= 2:
-            docs.append((str(record.get("category") or ""), text, keywords))
+            head, head_words = title_head(title, segmenter)
+            docs.append((str(record.get("category") or ""), text, keywords, head, head_words))
     if len(docs) < 10:
         raise DemoModelError(f"only {len(docs)} documents have a title/content and two dictionary keywords; need at least 10")
-    if len({cat for cat, _, _ in docs}) < 2:
+    if len({d[0] for d in docs}) < 2:
         raise DemoModelError("the corpus has a single category: hard negatives need documents of other categories")
     by_keyword: dict[str, list[int]] = defaultdict(list)
-    for i, (_, _, keywords) in enumerate(docs):
-        for word in keywords:
+    for i, (_, _, keywords, _, head_words) in enumerate(docs):
+        for word in set(keywords) | set(head_words):
             by_keyword[word].append(i)
     order = list(range(len(docs)))
     rng.shuffle(order)
     dev_docs = set(order[: max(2, int(len(docs) * recipe.dev_fraction))])
     train_pairs: list[LabeledPair] = []
     dev_pairs: list[LabeledPair] = []
-    for i, (category, text, keywords) in enumerate(docs):
+    for i, (category, text, keywords, head, head_words) in enumerate(docs):
         for n in range(recipe.queries_per_doc):
-            # the first query is the two best keywords; later ones pair the best with a random other one
-            second = keywords[1] if n == 0 else rng.choice(keywords[1:])
-            words = [keywords[0], second]
-            query = " ".join(words)
+            if n == 0 and head:
+                # the entity a title starts with, as users type it: 「360公司」, 「Xbox 360」, 「风光360」
+                query, words = head, head_words
+            else:
+                # the two best keywords, or the best with a random other one
+                second = keywords[1] if n <= 1 else rng.choice(keywords[1:])
+                words = [keywords[0], second]
+                query = " ".join(words)
             qid = f"d{i}q{n}"
             hard = sorted({j for w in words for j in by_keyword[w] if docs[j][0] != category})
             rng.shuffle(hard)
@@ -166,11 +173,40 @@ def pseudo_pairs(
     return train_pairs, dev_pairs
 
 
+def title_head(title: str, segmenter) -> tuple[str, list[str]]:
+    """The start of ``title`` up to its second word (``("360公司", ["360", "公司"])``), or ``("", [])``."""
+    words = [w for w in segmenter.cut(title) if any(ch.isalnum() for ch in w)]
+    if len(words) < 2:
+        return "", []
+    first = title.find(words[0])
+    end = title.find(words[1], first + len(words[0]))
+    if first < 0 or end < 0:
+        return "", []
+    head = title[first : end + len(words[1])].strip()
+    return (head, words[:2]) if 2 <= len(head) <= 16 else ("", [])
+
+
 def write_pairs(pairs: Sequence[LabeledPair], path: str | Path) -> Path:
     """Write pairs as ``query<TAB>document<TAB>label`` (the ``pairs`` format ``jingpai train`` reads)."""
     from jingpai.reranker.data import write_pairs as write
 
     return write(pairs, path)
+
+
+class BudgetExhausted(RuntimeError):
+    """Raised inside the training loop when the demo's wall-clock budget is spent."""
+
+
+def _stop_at(model, deadline: float) -> None:
+    """Make ``model.loss`` raise :class:`BudgetExhausted` after ``deadline`` (the training loop has no time limit of its own)."""
+    loss = model.loss
+
+    def guarded(batch, labels):
+        if time.perf_counter() > deadline:
+            raise BudgetExhausted(f"training budget spent at {time.perf_counter():.0f}")
+        return loss(batch, labels)
+
+    model.loss = guarded
 
 
 def _calibrated_steps(model, pairs: Sequence[LabeledPair], recipe: DemoRecipe) -> int:
@@ -189,7 +225,7 @@ def _calibrated_steps(model, pairs: Sequence[LabeledPair], recipe: DemoRecipe) -
     model.net.zero_grad(set_to_none=True)
     per_step = (time.perf_counter() - started) / rounds
     # keep a quarter of the budget for evaluations, saving and the slower longest batches
-    return max(20, int(recipe.budget_s * 0.75 / max(per_step, 1e-4)))
+    return max(10, int(recipe.budget_s * 0.6 / max(per_step, 1e-4)))
 
 
 def train_demo_model(records: Sequence[dict], dictionary: Dictionary, out_dir: str | Path, *, recipe: DemoRecipe | None = None) -> str:
@@ -213,6 +249,7 @@ def train_demo_model(records: Sequence[dict], dictionary: Dictionary, out_dir: s
 
 def _train(records: Sequence[dict], dictionary: Dictionary, out: Path, recipe: DemoRecipe) -> str:
     from jingpai.reranker import registry
+    from jingpai.reranker.base import Reranker
     from jingpai.reranker.tiny import build_tiny_checkpoint
     from jingpai.reranker.train import TrainSettings, train
 
@@ -244,25 +281,37 @@ def _train(records: Sequence[dict], dictionary: Dictionary, out: Path, recipe: D
             warmup_ratio=0.05,
             seed=recipe.seed,
             max_steps=steps,
-            eval_every=max(50, steps // 6),
+            eval_every=max(10, steps // 3),
             metric="MAP",
-            patience=3,
+            patience=2,
             progress=False,
         )
-        result = train(model, train_pairs, dev_pairs, settings, out_dir=partial)
-    result.model.keyword_dict_version = dictionary.version
-    result.model.save(partial)
+        deadline = started + recipe.budget_s
+        _stop_at(model, deadline)
+        try:
+            result = train(model, train_pairs, dev_pairs, settings, out_dir=partial)
+            best_model, steps_run, best_metric, best_step = result.model, result.steps, result.best_metric, result.best_step
+        except BudgetExhausted:
+            # the calibration was too optimistic (a busy machine): keep the best model saved so far
+            logger.warning("demo model training hit its %.0f s budget; keeping the best model saved so far", recipe.budget_s)
+            del model.loss
+            if not (partial / "jingpai_model.json").exists():
+                model.save(partial)
+            best_model, steps_run, best_metric, best_step = Reranker.load(partial, device="cpu"), -1, None, -1
+    best_model.keyword_dict_version = dictionary.version
+    best_model.save(partial)
     if out.exists():
         import shutil
 
         shutil.rmtree(out)
     partial.replace(out)
+    quality = f"dev MAP {best_metric:.3f} (step {best_step})" if best_metric is not None else "stopped by the time budget"
     summary = (
         f"trained the demo {recipe.architecture} model in {time.perf_counter() - started:.0f} s: {len(train_pairs)} train / {len(dev_pairs)} dev pairs, "
-        f"{result.steps} steps, dev MAP {result.best_metric:.3f} (step {result.best_step}) → {out}"
+        f"{steps_run if steps_run >= 0 else 'budget-limited'} steps, {quality} → {out}"
     )
     logger.info(summary)
     return summary
 
 
-__all__ = ["RECIPE", "DemoModelError", "DemoRecipe", "doc_text", "pseudo_pairs", "train_demo_model", "write_pairs"]
+__all__ = ["RECIPE", "BudgetExhausted", "DemoModelError", "DemoRecipe", "doc_text", "pseudo_pairs", "train_demo_model", "write_pairs"]

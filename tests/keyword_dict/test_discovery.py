@@ -24,7 +24,7 @@ def test_segments_keep_latin_runs_whole_and_split_on_punctuation() -> None:
 
 @pytest.mark.parametrize(
     ("word", "ok"),
-    [("A股", True), ("GDP", True), ("中国", True), ("中", False), ("2010", False), ("跌2", False), ("大学2010年", False), ("98折", True), ("PS3", True)],
+    [("A股", True), ("GDP", True), ("中国", True), ("中", False), ("2010", False), ("跌2", False), ("大学2010年", False), ("98折", True), ("PS3", True), ("360公司", True)],
 )
 def test_candidate_word_rules(word: str, ok: bool) -> None:
     assert is_candidate_word(word) is ok

@@ -24,8 +24,9 @@ from jingpai.reranker.tiny import build_tiny_checkpoint
 from jingpai.ui.app import UiSettings
 from jingpai.ui.demo import DEMO_CORPUS, DemoSettings, ServerThread, build_demo_dictionary, read_jsonl
 
-SCRIPT_TITLE = "<script>window.__pwned = 1</script>360公司安全通告"
-IMG_CONTENT = '"><img src=x onerror="window.__pwned = 2"> 360公司提醒用户升级浏览器。'
+#: if any of these ran, the page's <body> would carry a data-pwned attribute (visible in a DOM dump)
+SCRIPT_TITLE = "<script>document.body.setAttribute('data-pwned','script')</script>360公司安全通告"
+IMG_CONTENT = '"><img src=x onerror="document.body.setAttribute(\'data-pwned\',\'img\')"> 360公司提醒用户升级浏览器。'
 HOSTILE = [
     {"id": "hostile-1", "title": SCRIPT_TITLE, "content": IMG_CONTENT, "category": "科技", "date": "2024-12-31"},
     {"id": "hostile-2", "title": "苹果<b>加粗</b>&amp;实体", "content": "苹果 手机 <iframe src=//evil.example></iframe>", "category": "<i>cat</i>"},

@@ -46,7 +46,7 @@
     return el("span", "moved same", "＝");
   }
 
-  function renderHit(hit, column) {
+  function renderHit(hit, column, mode) {
     const li = el("li", "hit");
     li.tabIndex = 0;
     li.dataset.id = hit.id;
@@ -75,7 +75,9 @@
     li.appendChild(snippet);
 
     const scores = el("div", "scores");
-    scores.appendChild(el("span", "score engine", "engine " + fmt(hit.engine_score)));
+    // in the jingpai column the engine score is the one of the augmented query (what was reranked)
+    const engineLabel = column === "jingpai" && mode !== "off" ? "engine (augmented) " : "engine ";
+    scores.appendChild(el("span", "score engine", engineLabel + fmt(hit.engine_score)));
     if (hit.rerank_score !== null && hit.rerank_score !== undefined) {
       scores.appendChild(el("span", "score rerank", "rerank " + fmt(hit.rerank_score)));
     }
@@ -89,7 +91,7 @@
   function renderColumn(listId, metaId, column, name) {
     const list = $(listId);
     clear(list);
-    for (const hit of column.hits) list.appendChild(renderHit(hit, name));
+    for (const hit of column.hits) list.appendChild(renderHit(hit, name, column.mode));
     if (!column.hits.length) list.appendChild(el("li", "empty", "no hits"));
     const parts = ["mode " + column.mode];
     if (column.total !== null && column.total !== undefined) parts.push(column.total + " hits");
@@ -193,7 +195,9 @@
   augment.addEventListener("change", search);
   indexSelect.addEventListener("change", search);
   document.addEventListener("keydown", (event) => {
-    const typing = ["INPUT", "SELECT", "TEXTAREA"].includes(document.activeElement.tagName);
+    const active = document.activeElement;
+    // shortcuts stay off while typing text, not while a checkbox has focus
+    const typing = ["SELECT", "TEXTAREA"].includes(active.tagName) || (active.tagName === "INPUT" && active.type !== "checkbox");
     if (event.key === "/" && !typing) {
       event.preventDefault();
       q.focus();
