@@ -97,8 +97,10 @@ def test_rerank_orders_window_by_model_scores(setup: Setup, rerank_model) -> Non
     # the order is the model's: score each (query, title + content) pair directly
     texts = [f"{h['_source']['title']}\n{h['_source']['content']}" for h in engine_order["hits"]["hits"]]
     expected = rerank_model.predict([("中国经济增长", t) for t in texts])
-    by_model = [engine_order["hits"]["hits"][i]["_id"] for i in sorted(range(len(texts)), key=lambda i: -expected[i])]
-    assert ids(resp) == by_model
+    # (scores of a tiny random model can tie to 1e-7; batching may flip such ties, so compare scores, not ids)
+    score_of = {h["_id"]: float(s) for h, s in zip(engine_order["hits"]["hits"], expected)}
+    in_gateway_order = [score_of[i] for i in ids(resp)]
+    assert all(a >= b - 1e-5 for a, b in zip(in_gateway_order, in_gateway_order[1:])), in_gateway_order
     # the gateway asks for normalised scores (raw_scores: false): the sigmoid of the model's logit
     normalised = sorted((1 / (1 + math.exp(-x)) for x in expected.tolist()), reverse=True)
     assert [h["_score"] for h in hits] == pytest.approx(normalised, abs=1e-4)
