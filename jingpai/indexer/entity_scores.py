@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, get_args
 
@@ -39,6 +39,7 @@ import numpy as np
 
 from jingpai.engine.client import Engine
 from jingpai.indexer.mapping import META_KEY, IndexMeta, read_meta
+from jingpai.indexer.pipeline import batches
 
 if TYPE_CHECKING:
     from jingpai.keyword_dict import Dictionary
@@ -233,17 +234,6 @@ class EntityScorer:
         return out
 
 
-def _chunks(items: Iterable, size: int) -> Iterator[list]:
-    chunk: list = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 def resolve_fields(meta: IndexMeta, settings: EntityScoreSettings) -> tuple[str, str]:
     """``(title field, body field)`` for this index.
 
@@ -330,7 +320,7 @@ def score_entities(
 
     def actions() -> Iterator[dict]:
         hits = engine.scan(settings.index, source=[title_field, body_field, meta.keywords_field, meta.entity_field])
-        for chunk in _chunks(hits, settings.batch_size):
+        for chunk in batches(hits, settings.batch_size):
             todo: list[tuple[dict, list[str], str]] = []
             for hit in chunk:
                 report.documents += 1

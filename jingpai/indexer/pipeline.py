@@ -196,7 +196,8 @@ class Quarantine:
         self._fh.close()
 
 
-def _chunks(items: Iterable, size: int) -> Iterator[list]:
+def batches(items: Iterable, size: int) -> Iterator[list]:
+    """Consecutive lists of ``size`` items (the last may be shorter)."""
     chunk: list = []
     for item in items:
         chunk.append(item)
@@ -289,7 +290,7 @@ def index_corpus(
 
     bar = tqdm(total=None, unit="doc", disable=not settings.progress, desc=f"indexing {settings.index}")
     try:
-        for chunk in _chunks(actions(), settings.batch_size):
+        for chunk in batches(actions(), settings.batch_size):
             try:
                 results = send(chunk)
             except Exception as exc:
@@ -324,4 +325,4 @@ def index_corpus(
     return report
 
 
-__all__ = ["DocumentBuilder", "IndexReport", "IndexSettings", "IndexingError", "Quarantine", "index_corpus"]
+__all__ = ["DocumentBuilder", "IndexReport", "IndexSettings", "IndexingError", "Quarantine", "batches", "index_corpus"]
