@@ -14,6 +14,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -151,18 +152,14 @@ class DocumentBuilder:
         if not texts:
             raise Rejection(f"missing text field: none of {', '.join(self.settings.text_fields)} is present and non-empty")
         doc_id = self.doc_id(fields)
-        extra: dict = {"seg": {name: " ".join(self.segmenter.cut(text)) for name, text in texts.items()}}
+        tokens = {name: self.segmenter.cut(text) for name, text in texts.items()}
+        extra: dict = {"seg": {name: " ".join(toks) for name, toks in tokens.items()}}
         if self.dictionary is not None:
-            from jingpai.keyword_dict import extract_keywords
+            from jingpai.keyword_dict import keywords_from_tokens
 
-            weights = dict(
-                extract_keywords(
-                    "\n".join(texts.values()),
-                    self.dictionary,
-                    top_k=self.settings.keywords_top_k,
-                    segmenter=self.segmenter,
-                )
-            )
+            # the segmentation just made is reused: cutting the text again would double the CPU cost
+            all_tokens = [t for toks in tokens.values() for t in toks]
+            weights = dict(keywords_from_tokens(all_tokens, self.dictionary, top_k=self.settings.keywords_top_k))
             extra["keywords"] = list(weights)
             encoded = encode_weights(weights, self.meta.weight_encoding)
             if encoded:
@@ -289,28 +286,40 @@ def index_corpus(
     )(lambda chunk: list(engine.bulk(chunk, chunk_size=len(chunk))))
 
     bar = tqdm(total=None, unit="doc", disable=not settings.progress, desc=f"indexing {settings.index}")
+
+    def settle(future: Future, size: int) -> None:
+        try:
+            results = future.result()
+        except Exception as exc:
+            if engine.is_transient(exc):
+                raise IndexingError(
+                    f"engine at {engine.url} unreachable after {settings.retries} attempts ({exc}); "
+                    f"{report.indexed} documents are in {physical} — re-run the same command to resume"
+                ) from exc
+            raise
+        for ok, item in results:
+            source, line, fields = pending.popleft()
+            if ok:
+                report.indexed += 1
+            else:
+                quarantine.add(source, line, fields, _item_error(item))
+        report.rejected = quarantine.count
+        bar.update(size)
+        bar.set_postfix(rejected=report.rejected)
+        if on_progress is not None:
+            on_progress(report)
+
+    # One bulk request in flight while the next batch is segmented: the engine indexes while Python
+    # works. Each batch is settled before the next is sent, so at most one batch is unacknowledged.
     try:
-        for chunk in batches(actions(), settings.batch_size):
-            try:
-                results = send(chunk)
-            except Exception as exc:
-                if engine.is_transient(exc):
-                    raise IndexingError(
-                        f"engine at {engine.url} unreachable after {settings.retries} attempts ({exc}); "
-                        f"{report.indexed} documents are in {physical} — re-run the same command to resume"
-                    ) from exc
-                raise
-            for ok, item in results:
-                source, line, fields = pending.popleft()
-                if ok:
-                    report.indexed += 1
-                else:
-                    quarantine.add(source, line, fields, _item_error(item))
-            report.rejected = quarantine.count
-            bar.update(len(chunk))
-            bar.set_postfix(rejected=report.rejected)
-            if on_progress is not None:
-                on_progress(report)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jingpai-bulk") as sender:
+            inflight: tuple[Future, int] | None = None
+            for chunk in batches(actions(), settings.batch_size):
+                if inflight is not None:
+                    settle(*inflight)
+                inflight = (sender.submit(send, chunk), len(chunk))
+            if inflight is not None:
+                settle(*inflight)
     finally:
         bar.close()
         quarantine.close()

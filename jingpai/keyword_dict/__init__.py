@@ -10,7 +10,7 @@ Example:
 from jingpai.keyword_dict.build import BuildError, BuildSettings, build_dictionary
 from jingpai.keyword_dict.dictionary import Dictionary, DictionaryError, Entry
 from jingpai.keyword_dict.discovery import Candidate, DiscoverySettings, discover
-from jingpai.keyword_dict.segment import Segmenter, extract_keywords, keyword_spans
+from jingpai.keyword_dict.segment import Segmenter, extract_keywords, keyword_spans, keywords_from_tokens
 
 __all__ = [
     "BuildError",
@@ -25,4 +25,5 @@ __all__ = [
     "discover",
     "extract_keywords",
     "keyword_spans",
+    "keywords_from_tokens",
 ]

@@ -82,6 +82,7 @@ class Dictionary:
                 raise DictionaryError(f"duplicate dictionary entry for word {e.word!r} in domain {e.domain!r}")
             domains[e.domain] = float(e.score)
             self._freq[e.word] = max(self._freq.get(e.word, 0), int(e.freq))
+        self._weights: dict[str, float] | None = None
         self.params = dict(params or {})
         self.stats = dict(stats or {})
         self.created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -116,6 +117,12 @@ class Dictionary:
 
     def words(self) -> set[str]:
         return set(self._scores)
+
+    def weights(self) -> dict[str, float]:
+        """``{word: best score}`` for every word (computed once; for hot loops)."""
+        if self._weights is None:
+            self._weights = {w: max(doms.values()) for w, doms in self._scores.items()}
+        return self._weights
 
     def weight(self, word: str) -> float:
         """The word's best score over its domains (0.0 if absent)."""

@@ -68,7 +68,7 @@ class Segmenter:
             tokens = self._rjieba.cut(text, hmm=self.hmm)
         else:
             tokens = self._jieba.lcut(text, HMM=self.hmm)
-        return [t for t in tokens if t.strip()]
+        return list(filter(str.strip, tokens))  # drop whitespace tokens (C-level filter: hot path)
 
 
 @lru_cache(maxsize=8)
@@ -100,15 +100,18 @@ def extract_keywords(
         [('GDP', 3.0), ('中国', 1.2)]
     """
     seg = segmenter or _cached_segmenter(dictionary)
-    tf: Counter[str] = Counter()
-    first: dict[str, int] = {}
-    for i, token in enumerate(seg.cut(text)):
-        if token in dictionary:
-            tf[token] += 1
-            first.setdefault(token, i)
-    scored = [(w, dictionary.weight(w) * c) for w, c in tf.items()]
+    return keywords_from_tokens(seg.cut(text), dictionary, top_k=top_k)
+
+
+def keywords_from_tokens(
+    tokens: Iterable[str], dictionary: Dictionary, *, top_k: int | None = 10
+) -> list[tuple[str, float]]:
+    """:func:`extract_keywords` for text already segmented with a :class:`Segmenter` of ``dictionary``."""
+    weights = dictionary.weights()
+    # Counter keeps first-occurrence order, and the sort is stable: ties stay in text order
+    scored = [(w, weights[w] * c) for w, c in Counter(tokens).items() if w in weights]
     scored = [(w, s) for w, s in scored if s > 0]
-    scored.sort(key=lambda ws: (-ws[1], first[ws[0]]))
+    scored.sort(key=lambda ws: -ws[1])
     return scored if top_k is None else scored[:top_k]
 
 
@@ -128,4 +131,4 @@ def keyword_spans(text: str, words: Iterable[str]) -> list[tuple[int, int]]:
     return [(m.start(), m.end()) for m in pattern.finditer(text)]
 
 
-__all__ = ["Segmenter", "extract_keywords", "keyword_spans"]
+__all__ = ["Segmenter", "extract_keywords", "keyword_spans", "keywords_from_tokens"]
