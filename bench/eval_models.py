@@ -80,7 +80,7 @@ class Recipe:
 
 TRECQA = ("en", "trecqa")
 WIKIQA = ("en", "wikiqa")
-BERT_EN = {"epochs": 3, "batch_size": 32, "lr": 3e-5, "metric": "MAP", "patience": 2}
+BERT_EN = {"epochs": 2, "batch_size": 32, "lr": 3e-5, "metric": "MAP", "patience": 2}
 WORD_EN = {"epochs": 8, "batch_size": 64, "lr": 1e-3, "metric": "MAP", "patience": 3, "weight_decay": 0.0}
 QUICK_BERT = {"epochs": 1, "max_steps": 20, "batch_size": 16}
 QUICK_WORD = {"epochs": 1, "max_steps": 30, "batch_size": 32}
@@ -119,9 +119,9 @@ RECIPES: dict[str, Recipe] = {
                        quick_settings=QUICK_BERT),
     # Microblog rerankers: trained on the other year's judged run (no tuning on the reported year)
     "mb2012-cross": Recipe("cross", ((("en", "microblog", "trec-2011"), "raw"),), None, base="minilm", config={"max_length": 64},
-                           train_settings={"epochs": 1, "batch_size": 16, "lr": 3e-5, "max_steps": 500}, quick_settings=QUICK_BERT),
+                           train_settings={"epochs": 1, "batch_size": 16, "lr": 3e-5, "max_steps": 300}, quick_settings=QUICK_BERT),
     "mb2011-cross": Recipe("cross", ((("en", "microblog", "trec-2012"), "raw"),), None, base="minilm", config={"max_length": 64},
-                           train_settings={"epochs": 1, "batch_size": 16, "lr": 3e-5, "max_steps": 500}, quick_settings=QUICK_BERT),
+                           train_settings={"epochs": 1, "batch_size": 16, "lr": 3e-5, "max_steps": 300}, quick_settings=QUICK_BERT),
 }
 
 

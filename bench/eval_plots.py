@@ -31,7 +31,7 @@ def plot_section(section: str, tables: list[Table], out_dir: Path) -> Path | Non
     if section not in PLOTS:
         return None
     labels_cols, metrics = PLOTS[section]
-    tables = [t for t in tables if t.rows]
+    tables = [t for t in tables if t.rows and all(m in t.columns for m in metrics)]
     if not tables:
         return None
     import matplotlib
@@ -40,19 +40,19 @@ def plot_section(section: str, tables: list[Table], out_dir: Path) -> Path | Non
     import matplotlib.pyplot as plt
     import numpy as np
 
-    fig, axes = plt.subplots(1, len(tables), figsize=(max(5.0, 4.6 * len(tables)), 4.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(tables), figsize=(max(5.0, 4.6 * len(tables)), 5.0), squeeze=False)
     for ax, table in zip(axes[0], tables, strict=True):
         rows = table.rows
         x = np.arange(len(metrics))
         width = 0.8 / max(1, len(rows))
         for i, row in enumerate(rows):
             vals = [_value(row.cells.get(m)) for m in metrics]
-            label = " / ".join(str(row.cells.get(c, "")) for c in labels_cols)[:40]
+            label = " / ".join(str(row.cells.get(c, "")) for c in labels_cols)[:60]
             ax.bar(x + i * width - 0.4 + width / 2, [v if v is not None else 0.0 for v in vals], width, label=label)
         ax.set_xticks(x, metrics)
         ax.set_ylim(0, 1)
         ax.set_title(table.title.split("—", 1)[-1].strip()[:60], fontsize=9)
-        ax.legend(fontsize=6, loc="upper left")
+        ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.08), ncol=1, frameon=False)
     fig.tight_layout()
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{section}.png"
