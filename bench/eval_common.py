@@ -14,16 +14,15 @@ import json
 import logging
 import os
 import platform
-import socket
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from jingpai.serving import serve
 
 logger = logging.getLogger(__name__)
 
@@ -319,51 +318,10 @@ def en_dictionary(settings: ReportSettings) -> Path:
 # ---------------------------------------------------------------------------------------------- servers
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerThread:
-    """An ASGI app served by uvicorn on a loopback port in a background thread."""
-
-    def __init__(self, app: Any) -> None:
-        self.app = app
-        self.port = free_port()
-        self.server: Any = None
-        self.thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> ServerThread:
-        import uvicorn
-
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise ReportError(f"server on port {self.port} did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        if self.server is not None and self.thread is not None:
-            self.server.should_exit = True
-            self.thread.join(timeout=30)
-
-
 @contextmanager
 def serving(app: Any) -> Iterator[str]:
-    server = ServerThread(app).start()
-    try:
+    with serve(app) as server:
         yield server.url
-    finally:
-        server.stop()
 
 
 @contextmanager

@@ -88,7 +88,8 @@ def main() -> None:
     from jingpai.reranker.service import ServiceSettings
     from jingpai.reranker.service import create_app as create_service_app
     from jingpai.reranker.tiny import build_tiny_checkpoint
-    from tests.plugin.conftest import ServerThread, free_port
+    from jingpai.engine.harness import free_port
+    from jingpai.serving import ServerThread
 
     with tempfile.TemporaryDirectory() as tmp, local_engine(args.kind, args.engine) as engine_url:
         tmp_path = Path(tmp)

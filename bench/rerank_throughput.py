@@ -38,7 +38,6 @@ import os
 import random
 import statistics
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -198,30 +197,18 @@ class HttpServer:
     """The real app under uvicorn on a free loopback port, in a background thread."""
 
     def __init__(self, model, settings) -> None:
-        import uvicorn
-
-        from jingpai.engine.harness import free_port
         from jingpai.reranker.service import create_app
+        from jingpai.serving import ServerThread
 
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(create_app(settings, model), host="127.0.0.1", port=self.port, log_level="warning",
-                                lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="uvicorn", daemon=True)
+        self.server = ServerThread(create_app(settings, model), name="rerank service")
+        self.url = self.server.url
 
     def __enter__(self) -> HttpServer:
-        self.thread.start()
-        deadline = time.monotonic() + 60
-        while not self.server.started:
-            if time.monotonic() > deadline or not self.thread.is_alive():
-                raise SystemExit(f"uvicorn did not start on {self.url}")
-            time.sleep(0.05)
+        self.server.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
+        self.server.stop()
 
     def run(self, requests: Sequence[Request], concurrency: int):
         import httpx

@@ -32,13 +32,14 @@ import json
 import logging
 import os
 import re
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+from jingpai.serving import ServerStartError, ServerThread
 
 logger = logging.getLogger(__name__)
 
@@ -137,57 +138,6 @@ class DemoSettings:
 
 
 # ---------------------------------------------------------------------------------------------- servers
-
-
-def _free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-class ServerThread:
-    """One ASGI app served by uvicorn in a daemon thread (uvicorn installs no signal handlers off the main thread)."""
-
-    def __init__(self, app: Any, *, host: str, port: int, name: str) -> None:
-        self.app = app
-        self.host = host
-        self.port = port or _free_port(host)
-        self.name = name
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self, *, timeout_s: float = 60.0) -> ServerThread:
-        """Start serving and wait until the socket listens.
-
-        Raises:
-            DemoError: the server did not come up (e.g. the port is taken).
-        """
-        import uvicorn
-
-        config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning", lifespan="on")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name=f"jingpai-demo-{self.name}", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                self.stop()
-                raise DemoError(f"the {self.name} did not start on {self.url}; is port {self.port} already in use? choose another port")
-            time.sleep(0.05)
-        return self
-
-    def stop(self, *, timeout_s: float = 30.0) -> None:
-        if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=timeout_s)
-            if self._thread.is_alive():
-                logger.warning("the %s thread did not stop within %.0f s", self.name, timeout_s)
-        self._server = self._thread = None
 
 
 @dataclass
@@ -487,6 +437,13 @@ def read_jsonl_or_records(path: Path) -> list[dict]:
     return [r.fields for r in read_corpus(path) if isinstance(r, SourceRecord)]
 
 
+def _start(server: ServerThread) -> ServerThread:
+    try:
+        return server.start()
+    except ServerStartError as exc:
+        raise DemoError(str(exc)) from exc
+
+
 def start_reranker(settings: DemoSettings, model_dir: Path) -> ServerThread:
     from jingpai.reranker.base import ModelLoadError, Reranker
     from jingpai.reranker.service import ServiceSettings, create_app
@@ -500,7 +457,7 @@ def start_reranker(settings: DemoSettings, model_dir: Path) -> ServerThread:
         app = create_app(ServiceSettings(model_name=f"jingpai-demo-{model.name}", model_dir=model_dir, device="cpu", threads=settings.threads), model)
     except (ModelLoadError, ValueError) as exc:
         raise DemoError(f"reranker step: cannot serve {model_dir}: {exc}") from exc
-    return ServerThread(app, host=settings.host, port=settings.reranker_port, name="reranker").start()
+    return _start(ServerThread(app, settings.reranker_port, host=settings.host, name="reranker"))
 
 
 def start_gateway(settings: DemoSettings, engine_url: str, reranker_url: str | None, dict_dir: Path, banner: str | None, default_index: str) -> ServerThread:
@@ -520,7 +477,7 @@ def start_gateway(settings: DemoSettings, engine_url: str, reranker_url: str | N
     )
     app = create_app(gateway_settings)
     app.state.jingpai_ui = UiSettings(default_index=default_index, banner=banner)
-    return ServerThread(app, host=settings.host, port=settings.port, name="gateway").start()
+    return _start(ServerThread(app, settings.port, host=settings.host, name="gateway"))
 
 
 def start_demo(settings: DemoSettings, *, echo: Echo = print) -> DemoStack:

@@ -4,19 +4,15 @@ model, and gateways served by uvicorn on free loopback ports (so the official cl
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import uvicorn
 
 from jingpai.engine.client import Engine
+from jingpai.engine.harness import free_port  # noqa: F401  (re-exported for the tests)
 from jingpai.indexer.pipeline import IndexSettings, index_corpus
 from jingpai.keyword_dict import Dictionary
 from jingpai.plugin.gateway import create_app
@@ -25,6 +21,7 @@ from jingpai.reranker import registry
 from jingpai.reranker.service import ServiceSettings
 from jingpai.reranker.service import create_app as create_service_app
 from jingpai.reranker.tiny import build_tiny_checkpoint
+from jingpai.serving import ServerThread, serve
 
 KEYWORDS = {
     "中国": {"econ": 1.5},
@@ -54,53 +51,6 @@ def corpus() -> list[dict]:
         other = TOPICS[(i * 3 + 1) % len(TOPICS)]
         docs.append({"id": f"f{i:02d}", "title": f"{topic}简报第{i}期", "content": f"本期关注{topic}，兼谈{other}，第{i}号评论。"})
     return docs
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ServerThread:
-    """A uvicorn server for an ASGI app in a background thread, on a loopback port."""
-
-    def __init__(self, app, port: int | None = None) -> None:
-        self.app = app
-        self.port = port or free_port()
-        self.server: uvicorn.Server | None = None
-        self.thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> ServerThread:
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"server on port {self.port} did not start")
-            time.sleep(0.02)
-        return self
-
-    def stop(self) -> None:
-        if self.server is not None and self.thread is not None:
-            self.server.should_exit = True
-            self.thread.join(timeout=30)
-            self.server = self.thread = None
-
-
-@contextmanager
-def serve(app, port: int | None = None) -> Iterator[ServerThread]:
-    server = ServerThread(app, port).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @dataclass(frozen=True)
