@@ -172,7 +172,8 @@ class QueryRewriter:
         segmenter: segmenter of that dictionary.
         keywords_top_k: keywords taken per clause.
         seg_boost: boost of the segmented-field clause.
-        keyword_boost: boost of the keyword clauses.
+        keyword_boost: boost of the keywords-field clause.
+        weight_boost: boost of the keyword-weight clause(s) (0: not added).
     """
 
     def __init__(
@@ -184,6 +185,7 @@ class QueryRewriter:
         keywords_top_k: int = 10,
         seg_boost: float = 1.0,
         keyword_boost: float = 1.0,
+        weight_boost: float = 1.0,
     ) -> None:
         self.meta = meta
         self.dictionary = dictionary
@@ -191,6 +193,7 @@ class QueryRewriter:
         self.keywords_top_k = keywords_top_k
         self.seg_boost = seg_boost
         self.keyword_boost = keyword_boost
+        self.weight_boost = weight_boost
 
     def keywords(self, text: str) -> list[tuple[str, float]]:
         if self.dictionary is None:
@@ -210,24 +213,24 @@ class QueryRewriter:
         if keywords:
             words = [w for w, _ in keywords]
             added.append({"terms": {self.meta.keywords_field: words, "boost": self.keyword_boost}})
-            if self.meta.weight_encoding == "rank_features":
+            if self.weight_boost > 0 and self.meta.weight_encoding == "rank_features":
                 top = max(w for _, w in keywords) or 1.0
                 added.extend(
                     {
                         "rank_feature": {
                             "field": f"{self.meta.weights_field}.{_encode_word(word, 'rank_features')}",
-                            "boost": self.keyword_boost * max(weight / top, 1e-3),
+                            "boost": self.weight_boost * max(weight / top, 1e-3),
                         }
                     }
                     for word, weight in keywords
                 )
-            else:
+            elif self.weight_boost > 0:
                 added.append(
                     {
                         "match": {
                             self.meta.weights_field: {
                                 "query": " ".join(_encode_word(w, "term_frequency") for w in words),
-                                "boost": self.keyword_boost,
+                                "boost": self.weight_boost,
                             }
                         }
                     }

@@ -402,6 +402,7 @@ class Gateway:
             keywords_top_k=self.settings.keywords_top_k,
             seg_boost=self.settings.seg_boost,
             keyword_boost=self.settings.keyword_boost,
+            weight_boost=self.settings.weight_boost,
         )
 
     def _shape_reason(self, body: dict, params: dict[str, str]) -> str | None:
