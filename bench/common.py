@@ -13,16 +13,19 @@ from jingpai.engine import harness
 DATA_DIR = Path(os.environ.get("JINGPAI_DATA_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
+def cpu_name() -> str:
+    """The CPU model from /proc/cpuinfo (the platform's name where that is unreadable)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    return platform.processor() or platform.machine()
+
+
+def machine() -> str:
+    return f"{cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 @contextlib.contextmanager

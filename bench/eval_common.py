@@ -13,7 +13,6 @@ import datetime
 import json
 import logging
 import os
-import platform
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -205,15 +204,9 @@ def torch_device(settings: ReportSettings) -> str:
 
 def hardware(device: str | None = None) -> str:
     """CPU model and cores, plus the GPU when ``device`` is CUDA."""
-    cpu = platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    text = f"{cpu}, {os.cpu_count()} cores"
+    from bench.common import cpu_name
+
+    text = f"{cpu_name()}, {os.cpu_count()} cores"
     if device and device.startswith("cuda"):
         import torch
 
