@@ -54,6 +54,10 @@ def test_stopped_reranker_fails_open_and_breaker_recovers(setup: Setup, dictiona
             assert all("_jingpai" not in h for h in resp["hits"]["hits"])
             reasons.append(resp["jingpai"]["reason"])
         assert reasons == ["reranker_unreachable", "reranker_unreachable", "circuit_open"]
+        health = httpx.get(f"{gw.url}/_jingpai/health")
+        assert health.status_code == 200
+        assert health.json()["reranker"] == {"url": f"http://127.0.0.1:{port}", "breaker": "open"}
+        assert health.json()["dictionaries"] == [dictionary[0].version]
         with serve(create_service_app(service_settings, rerank_model), port=port):
             deadline = time.monotonic() + 30
             resp = search(gw.url, setup.index)
@@ -63,6 +67,7 @@ def test_stopped_reranker_fails_open_and_breaker_recovers(setup: Setup, dictiona
                 resp = search(gw.url, setup.index)
             assert resp["jingpai"]["reranked"] is True  # the half-open probe succeeded
             assert gw.app.state.gateway.reranker.breaker.state == "closed"
+            assert httpx.get(f"{gw.url}/_jingpai/health").json()["reranker"]["breaker"] == "closed"
             assert search(gw.url, setup.index)["jingpai"]["reranked"] is True
 
 
@@ -84,4 +89,4 @@ def test_engine_unreachable_is_an_es_style_502(reranker_url: str) -> None:
     assert resp.status_code == 502 and searched.status_code == 502
     error = resp.json()["error"]
     assert error["type"] == "jingpai_engine_unreachable_exception"
-    assert error["reason"].startswith("cannot reach the engine: ConnectError")
+    assert error["reason"].startswith("cannot reach the engine: ClientConnectorError")
