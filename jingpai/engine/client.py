@@ -90,9 +90,11 @@ class Engine:
         else:
             from opensearchpy import OpenSearch, helpers
 
+            # pool_maxsize: urllib3 keeps one connection per host by default, and concurrent requests
+            # (the indexer keeps two bulk requests in flight) would each open and drop a new one
             self.raw = OpenSearch(
                 [info.url], timeout=timeout_s, headers=headers or {}, max_retries=3, retry_on_timeout=True,
-                retry_on_status=(502, 503, 504),
+                retry_on_status=(502, 503, 504), pool_maxsize=10,
             )
         self._helpers = helpers
 
@@ -156,6 +158,18 @@ class Engine:
 
     def refresh(self, name: str) -> None:
         self.raw.indices.refresh(index=name)
+
+    def get_index_settings(self, name: str) -> dict[str, str]:
+        """The explicitly set settings of one index, flat (``{"index.refresh_interval": "1s", …}``)."""
+        resp = self.raw.indices.get_settings(index=name, flat_settings=True)
+        return dict(next(iter(dict(resp).values()))["settings"])
+
+    def put_index_settings(self, name: str, settings: dict[str, str | None]) -> None:
+        """Update dynamic index settings (flat keys; ``None`` resets a setting to its default)."""
+        if self.kind == "elasticsearch":
+            self.raw.indices.put_settings(index=name, settings=settings)
+        else:
+            self.raw.indices.put_settings(index=name, body=settings)
 
     def get_mapping(self, name: str) -> dict:
         """``{physical_index: {"mappings": …}}`` for an index or alias."""

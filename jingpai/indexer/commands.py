@@ -54,8 +54,9 @@ def index() -> None:
 @click.option("--quarantine-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
 @click.option("--rebuild", is_flag=True, help="Build a new physical index even if one exists for this dictionary.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
+@click.option("--concurrency", type=click.IntRange(min=1), default=2, show_default=True, help="Bulk requests in flight at once.")
 def run(paths, index_name, engine_url, dict_dir, fmt, columns, id_field, text_fields, batch_size, max_doc_bytes,
-        keywords_top_k, quarantine_dir, rebuild, no_progress) -> None:
+        keywords_top_k, quarantine_dir, rebuild, no_progress, concurrency) -> None:
     """Index PATH… into --index."""
     from jingpai.indexer.pipeline import IndexingError, IndexSettings, index_corpus
 
@@ -72,6 +73,7 @@ def run(paths, index_name, engine_url, dict_dir, fmt, columns, id_field, text_fi
             quarantine_dir=quarantine_dir,
             rebuild=rebuild,
             progress=not no_progress,
+            concurrency=concurrency,
         )
         dictionary = None
         if dict_dir is not None:

@@ -13,6 +13,7 @@ import json
 import logging
 import time
 from collections import deque
+from itertools import chain
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -55,6 +56,10 @@ class IndexSettings:
         retries: attempts per bulk request on connection errors / 429 / 5xx (exponential backoff).
         retry_max_wait_s: cap of one backoff wait.
         progress: show a progress bar.
+        concurrency: bulk requests in flight at once; the next batch is segmented meanwhile.
+        fast_build: while a physical index that is not behind the alias is being built, turn its
+            refresh off and its replicas to 0 (nobody searches it yet); both are restored before the
+            alias swap. An index already behind the alias is never touched.
     """
 
     index: str
@@ -70,12 +75,16 @@ class IndexSettings:
     retries: int = 6
     retry_max_wait_s: float = 20.0
     progress: bool = True
+    concurrency: int = 2
+    fast_build: bool = True
 
     def __post_init__(self) -> None:
         if not self.text_fields:
             raise ValueError("at least one text field is required (--text-fields)")
         if self.batch_size < 1:
             raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
+        if self.concurrency < 1:
+            raise ValueError(f"concurrency (bulk requests in flight) must be >= 1, got {self.concurrency}")
         if self.id_field in self.text_fields:
             logger.info("id field %r is also a text field", self.id_field)
 
@@ -139,6 +148,24 @@ class DocumentBuilder:
 
     def build(self, fields: dict) -> tuple[str, dict]:
         """``(id, document)`` or :class:`Rejection`."""
+        doc_id, document, _ = self._build(fields)
+        return doc_id, document
+
+    def build_json(self, fields: dict) -> tuple[str, str]:
+        """``(id, document as JSON)`` or :class:`Rejection`: :meth:`build` serialised once, the form the
+        size limit is checked on and the bulk request carries (the clients pass JSON strings through)."""
+        doc_id, _, source = self._build(fields)
+        return doc_id, source
+
+    def _build(self, fields: dict) -> tuple[str, dict, str]:
+        try:
+            return self._augment(fields)
+        except UnicodeEncodeError as exc:
+            # JSON escapes can smuggle in lone surrogates ("\ud800"), which neither the segmenter nor
+            # the engines accept as text
+            raise _bad_unicode(fields) from exc
+
+    def _augment(self, fields: dict) -> tuple[str, dict, str]:
         if META_KEY in fields:
             raise Rejection(f"field {META_KEY!r} is reserved for jingpai's own fields")
         texts: dict[str, str] = {}
@@ -158,7 +185,7 @@ class DocumentBuilder:
             from jingpai.keyword_dict import keywords_from_tokens
 
             # the segmentation just made is reused: cutting the text again would double the CPU cost
-            all_tokens = [t for toks in tokens.values() for t in toks]
+            all_tokens = chain.from_iterable(tokens.values())
             weights = dict(keywords_from_tokens(all_tokens, self.dictionary, top_k=self.settings.keywords_top_k))
             extra["keywords"] = list(weights)
             encoded = encode_weights(weights, self.meta.weight_encoding)
@@ -167,10 +194,21 @@ class DocumentBuilder:
         else:
             extra["keywords"] = []
         document = {**fields, META_KEY: extra}
-        size = len(json.dumps(document, ensure_ascii=False).encode("utf-8"))
+        source = json.dumps(document, ensure_ascii=False)
+        size = len(source.encode("utf-8"))
         if size > self.settings.max_doc_bytes:
             raise Rejection(f"document is {size} bytes, over the limit of {self.settings.max_doc_bytes} (--max-doc-bytes)")
-        return doc_id, document
+        return doc_id, document, source
+
+
+def _bad_unicode(fields: dict) -> Rejection:
+    for name, value in fields.items():
+        text = json.dumps(value, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return Rejection(f"field {name!r} is not valid Unicode text: lone surrogate {text[exc.start:exc.end]!r}")
+    return Rejection("document is not valid Unicode text: lone surrogate")
 
 
 class Quarantine:
@@ -184,7 +222,13 @@ class Quarantine:
         self.reasons: dict[str, int] = {}
 
     def add(self, source: str, line: int, record: dict | str, reason: str) -> None:
-        self._fh.write(json.dumps({"source": source, "line": line, "reason": reason, "record": record}, ensure_ascii=False) + "\n")
+        entry = {"source": source, "line": line, "reason": reason, "record": record}
+        text = json.dumps(entry, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = json.dumps(entry)  # lone surrogates stay \u escapes: the record is kept exactly
+        self._fh.write(text + "\n")
         self.count += 1
         kind = reason.split(":")[0]
         self.reasons[kind] = self.reasons.get(kind, 0) + 1
@@ -251,17 +295,25 @@ def index_corpus(
         id_field=settings.id_field,
     )
     physical, exists = choose_physical_index(engine, settings.index, dict_version, rebuild=settings.rebuild)
-    if not exists:
-        engine.create_index(physical, mappings=build_mapping(meta))
-        logger.info("created physical index %s", physical)
-    else:
-        logger.info("resuming into existing physical index %s", physical)
-    builder = DocumentBuilder(settings, meta, dictionary=dictionary, segmenter=Segmenter(dictionary))
+    live = exists and physical in engine.alias_targets(settings.index)
+
+    def prepare_index() -> dict[str, str | None] | None:
+        if not exists:
+            engine.create_index(physical, mappings=build_mapping(meta))
+            logger.info("created physical index %s", physical)
+        else:
+            logger.info("resuming into existing physical index %s", physical)
+        if settings.fast_build and not live:
+            return begin_build(engine, physical, fresh=not exists)
+        return None
+
     quarantine = Quarantine(Path(settings.quarantine_dir) / f"{settings.index}.rejected.jsonl")
     report = IndexReport(alias=settings.index, physical_index=physical, quarantine_file=quarantine.path)
     pending: deque[tuple[str, int, dict]] = deque()
+    builder: DocumentBuilder | None = None
 
     def actions() -> Iterator[dict]:
+        assert builder is not None
         for path in paths:
             for rec in read_corpus(path, fmt=settings.fmt, columns=settings.columns):
                 report.read += 1
@@ -270,12 +322,13 @@ def index_corpus(
                     continue
                 assert isinstance(rec, SourceRecord)
                 try:
-                    doc_id, document = builder.build(rec.fields)
+                    doc_id, source = builder.build_json(rec.fields)
                 except Rejection as exc:
                     quarantine.add(rec.source, rec.line, rec.fields, str(exc))
                     continue
                 pending.append((rec.source, rec.line, rec.fields))
-                yield {"_op_type": "index", "_index": physical, "_id": doc_id, "_source": document}
+                # ``_source`` is already JSON: both clients' bulk helpers send strings as they are
+                yield {"_op_type": "index", "_index": physical, "_id": doc_id, "_source": source}
 
     send = retry(
         retry=retry_if_exception(engine.is_transient),
@@ -287,15 +340,18 @@ def index_corpus(
 
     bar = tqdm(total=None, unit="doc", disable=not settings.progress, desc=f"indexing {settings.index}")
 
+    def unreachable(exc: BaseException) -> IndexingError:
+        return IndexingError(
+            f"engine at {engine.url} unreachable after {settings.retries} attempts ({exc}); "
+            f"{report.indexed} documents are in {physical} — re-run the same command to resume"
+        )
+
     def settle(future: Future, size: int) -> None:
         try:
             results = future.result()
         except Exception as exc:
             if engine.is_transient(exc):
-                raise IndexingError(
-                    f"engine at {engine.url} unreachable after {settings.retries} attempts ({exc}); "
-                    f"{report.indexed} documents are in {physical} — re-run the same command to resume"
-                ) from exc
+                raise unreachable(exc) from exc
             raise
         for ok, item in results:
             source, line, fields = pending.popleft()
@@ -309,22 +365,50 @@ def index_corpus(
         if on_progress is not None:
             on_progress(report)
 
-    # One bulk request in flight while the next batch is segmented: the engine indexes while Python
-    # works. Each batch is settled before the next is sent, so at most one batch is unacknowledged.
+    # Up to ``concurrency`` bulk requests in flight while the next batch is segmented, so the engine
+    # indexes (on as many write threads) while Python works. Batches are settled in the order they were
+    # sent, which keeps ``pending`` aligned with the per-item results. The first batch travels alone:
+    # fields the mapping leaves dynamic get their type from the first records of the corpus, as with
+    # sequential requests, rather than from whichever of two concurrent batches lands first.
+    restore: dict[str, str | None] | None = None
     try:
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="jingpai-bulk") as sender:
-            inflight: tuple[Future, int] | None = None
+        with ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="jingpai-bulk") as sender:
+            # creating the index (the engine waits for its shard) overlaps loading the segmenter and
+            # segmenting the first batch
+            setup: Future | None = sender.submit(prepare_index)
+            builder = DocumentBuilder(settings, meta, dictionary=dictionary, segmenter=Segmenter(dictionary))
+            inflight: deque[tuple[Future, int]] = deque()
+
+            def ready() -> None:
+                nonlocal setup, restore
+                if setup is not None:
+                    try:
+                        restore = setup.result()
+                    except Exception as exc:
+                        if engine.is_transient(exc):
+                            raise unreachable(exc) from exc
+                        raise
+                    finally:
+                        setup = None
+
+            limit = 1
             for chunk in batches(actions(), settings.batch_size):
-                if inflight is not None:
-                    settle(*inflight)
-                inflight = (sender.submit(send, chunk), len(chunk))
-            if inflight is not None:
-                settle(*inflight)
+                ready()
+                while len(inflight) >= limit:
+                    settle(*inflight.popleft())
+                    limit = settings.concurrency
+                inflight.append((sender.submit(send, chunk), len(chunk)))
+            ready()
+            while inflight:
+                settle(*inflight.popleft())
     finally:
         bar.close()
         quarantine.close()
         report.rejected = quarantine.count
         report.reasons = dict(quarantine.reasons)
+    if restore is not None:
+        engine.put_index_settings(physical, restore)
+        logger.info("restored %s settings after the build: %s", physical, restore)
     engine.refresh(physical)
     if engine.alias_targets(settings.index) != [physical]:
         engine.swap_alias(settings.index, physical)
@@ -334,4 +418,32 @@ def index_corpus(
     return report
 
 
-__all__ = ["DocumentBuilder", "IndexReport", "IndexSettings", "IndexingError", "Quarantine", "batches", "index_corpus"]
+BUILD_SETTINGS: dict[str, str] = {"index.refresh_interval": "-1", "index.number_of_replicas": "0"}
+"""Index settings while a physical index not yet behind the alias is built (nobody searches it yet)."""
+
+
+def begin_build(engine: Engine, physical: str, *, fresh: bool) -> dict[str, str | None]:
+    """Apply :data:`BUILD_SETTINGS` to ``physical``; return the settings that restore it afterwards.
+
+    Args:
+        engine: the cluster.
+        physical: a physical index that is not behind its alias.
+        fresh: the index was created by this run (its current settings are the ones to restore).
+
+    Returns:
+        ``{setting: value}`` to put back once the build is complete (``None``: the engine default).
+    """
+    current = engine.get_index_settings(physical)
+    restore: dict[str, str | None] = {}
+    for key, value in BUILD_SETTINGS.items():
+        before = current.get(key)
+        if not fresh and before == value:
+            # an interrupted build left its build settings behind; the values before it are unknown
+            logger.warning("%s has %s=%s from an interrupted build; restoring the engine default afterwards", physical, key, value)
+            before = None
+        restore[key] = before
+    engine.put_index_settings(physical, dict(BUILD_SETTINGS))
+    return restore
+
+
+__all__ = ["BUILD_SETTINGS", "DocumentBuilder", "IndexReport", "IndexSettings", "IndexingError", "Quarantine", "batches", "begin_build", "index_corpus"]

@@ -108,9 +108,11 @@ def keywords_from_tokens(
 ) -> list[tuple[str, float]]:
     """:func:`extract_keywords` for text already segmented with a :class:`Segmenter` of ``dictionary``."""
     weights = dictionary.weights()
-    # Counter keeps first-occurrence order, and the sort is stable: ties stay in text order
-    scored = [(w, weights[w] * c) for w, c in Counter(tokens).items() if w in weights]
-    scored = [(w, s) for w, s in scored if s > 0]
+    # Only dictionary words are counted (a C-level filter: most tokens are not keywords, and this runs
+    # once per indexed document). Counter keeps first-occurrence order, and the sort is stable: ties
+    # stay in text order.
+    counts = Counter(filter(weights.__contains__, tokens))
+    scored = [(w, s) for w, s in ((w, weights[w] * c) for w, c in counts.items()) if s > 0]
     scored.sort(key=lambda ws: -ws[1])
     return scored if top_k is None else scored[:top_k]
 

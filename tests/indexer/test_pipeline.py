@@ -112,6 +112,17 @@ def test_every_record_is_indexed_or_quarantined(engine: Engine, index_name: str,
     assert rejected[0]["record"] == bad[0]
 
 
+def test_lone_surrogate_is_quarantined_not_fatal(engine: Engine, index_name: str, tmp_path: Path) -> None:
+    corpus = tmp_path / "surrogate.jsonl"
+    # a JSON escape of half a surrogate pair parses into a str that is not encodable text
+    corpus.write_text('{"title": "坏\\ud800字"}\n{"title": "好字"}\n', encoding="utf-8")
+    report = index_corpus(engine, [corpus], IndexSettings(index=index_name, quarantine_dir=tmp_path, progress=False))
+    assert (report.read, report.indexed, report.rejected) == (2, 1, 1)
+    (rejected,) = [json.loads(line) for line in report.quarantine_file.read_text(encoding="utf-8").splitlines()]
+    assert rejected["reason"] == "field 'title' is not valid Unicode text: lone surrogate '\\ud800'"
+    assert rejected["record"] == {"title": "坏\ud800字"}
+
+
 def test_engine_rejected_bulk_item_is_quarantined(engine: Engine, index_name: str, tmp_path: Path) -> None:
     corpus = tmp_path / "conflict.jsonl"
     corpus.write_text(
@@ -150,6 +161,35 @@ def test_new_dictionary_builds_new_version_and_swaps_alias(
     ]
     assert delete_old_versions(engine, index_name) == [first.physical_index]
     assert [v.name for v in list_versions(engine, index_name)] == [second.physical_index]
+
+
+def test_new_physical_index_is_built_without_refresh_or_replicas_then_restored(
+    engine: Engine, index_name: str, tmp_path: Path, news_jsonl: Path, dictionary: Dictionary
+) -> None:
+    keys = ("index.refresh_interval", "index.number_of_replicas")
+    seen: list[tuple] = []
+
+    def watch(report) -> None:
+        current = engine.get_index_settings(report.physical_index)
+        seen.append(tuple(current.get(k) for k in keys))
+
+    first = index_corpus(engine, [news_jsonl], _settings(index_name, tmp_path, batch_size=50), dictionary=dictionary, on_progress=watch)
+    assert seen == [("-1", "0")] * 4  # nobody searches a physical index before the alias points at it
+    after = engine.get_index_settings(first.physical_index)
+    assert "index.refresh_interval" not in after and after["index.number_of_replicas"] == "1"
+    assert engine.count(index_name) == 200
+
+    # a re-run into the index behind the alias leaves its settings alone: it is being searched
+    seen.clear()
+    again = index_corpus(engine, [news_jsonl], _settings(index_name, tmp_path, batch_size=50), dictionary=dictionary, on_progress=watch)
+    assert again.physical_index == first.physical_index
+    assert seen == [(None, "1")] * 4
+    assert engine.count(index_name) == 200
+
+
+def test_settings_reject_bad_concurrency() -> None:
+    with pytest.raises(ValueError, match=r"^concurrency \(bulk requests in flight\) must be >= 1, got 0$"):
+        IndexSettings(index="x", concurrency=0)
 
 
 def test_cli_index_status_and_errors(engine: Engine, index_name: str, tmp_path: Path, news_jsonl: Path) -> None:
