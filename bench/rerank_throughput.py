@@ -16,13 +16,20 @@ Rows, per length (``--lengths``; pairs are truncated to it, longest side first):
   batches of ``--batch-size`` in input order, padded to the longest pair: **the baseline**;
 * ``sentence-transformers CrossEncoder fp32`` — ``CrossEncoder(PATH).predict`` (identity activation);
 * ``jingpai predict fp32`` / ``bf16`` — :meth:`Reranker.predict` (length-sorted batches; bf16 autocast);
-* ``jingpai serve in-process fp32`` / ``bf16`` — the real app (``create_app``) through httpx's ASGI transport,
-  ``--concurrency`` closed-loop clients posting ``/rerank`` requests of ``--docs`` documents;
-* ``jingpai serve HTTP <dtype>`` — the same app under uvicorn on a free loopback port (``dtype=auto``).
+* ``jingpai serve in-process fp32`` / ``bf16`` / ``int8`` (CPU only: ``--dtype int8``, dynamically quantized
+  linear layers) — the real app (``create_app``) through httpx's ASGI transport, ``--concurrency``
+  closed-loop clients posting ``/rerank`` requests of ``--docs`` documents;
+* ``jingpai serve HTTP <dtype>`` — the same app under uvicorn on a free loopback port (``dtype=auto``);
+* on ``--device cuda`` also ``model forward only bf16`` — the model alone on pre-tokenized batches already
+  on the GPU: the ceiling for the service rows.
+
+``--device cuda --size base`` is issue 6's GPU measurement: a randomly initialised BERT-base-shaped model
+(the checkpoint's tokenizer) at length 256; "% peak" there is of the measured bf16 matmul peak (goal ≥ 50 %).
 
 Then latency over HTTP of a 20-doc and a 100-doc request with 1 and ``--concurrency`` concurrent clients.
-Ratios are pairs/s ÷ the baseline's, measured in the same run. TFLOP/s counts the encoder's dense matmuls
-(2 × non-embedding params × real tokens); the bf16 and fp32 matmul peaks are measured first with a
+Ratios are pairs/s ÷ the baseline's, measured in the same run. TFLOP/s counts the model's FLOPs on real
+(unpadded) tokens: dense matmuls (2 × non-embedding params per token) plus attention (4 × layers × hidden ×
+t² per pair of t tokens); the bf16 and fp32 matmul peaks are measured first with a
 square matmul on all torch threads, and "% peak" is of the higher of the two.
 
 Goal (issue 6): serve ≥ 4× plain transformers fp32 pairs/s on a 2-core CPU.
@@ -80,18 +87,41 @@ def workload(kind: str, n_requests: int, n_docs: int, *, seed: int = 0) -> list[
     return [(rng.choice(queries), rng.sample(pool, n_docs)) for _ in range(n_requests)]
 
 
-def matmul_peak_tflops(dtype_name: str, n: int = 1024, repeats: int = 3) -> float:
+def matmul_peak_tflops(dtype_name: str, n: int = 1024, repeats: int = 3, device: str = "cpu") -> float:
     import torch
 
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype_name]
-    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a, b = torch.randn(n, n, dtype=dtype, device=device), torch.randn(n, n, dtype=dtype, device=device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     a @ b  # warm-up
+    sync()
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t0)
+        for _ in range(10 if device == "cuda" else 1):
+            a @ b
+        sync()
+        best = min(best, (time.perf_counter() - t0) / (10 if device == "cuda" else 1))
     return 2 * n**3 / best / 1e12
+
+
+SIZES = {"base": {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072}}
+
+
+def sized_checkpoint(ckpt: Path, size: str, directory: Path) -> Path:
+    """``ckpt`` itself (``minilm``), or a randomly initialised BERT of ``size`` shape with its tokenizer."""
+    if size == "minilm":
+        return ckpt
+    import shutil
+
+    from transformers import AutoConfig, AutoModel
+
+    config = AutoConfig.from_pretrained(ckpt, local_files_only=True, **SIZES[size])
+    AutoModel.from_config(config).save_pretrained(directory)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (ckpt / name).is_file():
+            shutil.copy(ckpt / name, directory / name)
+    return directory
 
 
 def timed(fn: Callable[[], object]) -> tuple[float, object]:
@@ -103,7 +133,7 @@ def timed(fn: Callable[[], object]) -> tuple[float, object]:
 # ---------------------------------------------------------------------------------------------- rows
 
 
-def plain_transformers(ckpt: Path, state: dict, length: int, batch_size: int) -> Callable[[Sequence[Pair]], "object"]:
+def plain_transformers(ckpt: Path, state: dict, length: int, batch_size: int, device: str) -> Callable[[Sequence[Pair]], "object"]:
     import numpy as np
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
@@ -113,7 +143,7 @@ def plain_transformers(ckpt: Path, state: dict, length: int, batch_size: int) ->
         ckpt, num_labels=1, attn_implementation="eager", local_files_only=True
     )
     net.load_state_dict(state)
-    net.eval()
+    net.to(device).eval()
 
     @torch.inference_mode()
     def run(pairs: Sequence[Pair]) -> np.ndarray:
@@ -121,18 +151,18 @@ def plain_transformers(ckpt: Path, state: dict, length: int, batch_size: int) ->
         for start in range(0, len(pairs), batch_size):
             chunk = pairs[start : start + batch_size]
             enc = tok([q for q, _ in chunk], [d for _, d in chunk], padding=True, truncation="longest_first",
-                      max_length=length, return_tensors="pt")
-            out.append(net(**enc).logits[:, 0].float().numpy())
+                      max_length=length, return_tensors="pt").to(device)
+            out.append(net(**enc).logits[:, 0].float().cpu().numpy())
         return np.concatenate(out)
 
     return run
 
 
-def st_cross_encoder(ckpt: Path, state: dict, length: int, batch_size: int) -> Callable[[Sequence[Pair]], "object"]:
+def st_cross_encoder(ckpt: Path, state: dict, length: int, batch_size: int, device: str) -> Callable[[Sequence[Pair]], "object"]:
     import torch
     from sentence_transformers import CrossEncoder
 
-    ce = CrossEncoder(str(ckpt), num_labels=1, max_length=length, device="cpu", local_files_only=True,
+    ce = CrossEncoder(str(ckpt), num_labels=1, max_length=length, device=device, local_files_only=True,
                       activation_fn=torch.nn.Identity())
     ce.model.load_state_dict(state)
     ce.model.eval()
@@ -240,6 +270,11 @@ def main() -> None:
     ap.add_argument("--max-batch-tokens", type=int, default=16384)
     ap.add_argument("--latency-repeats", type=int, default=3, help="requests per client in the latency runs")
     ap.add_argument("--latency-docs", default="20,100", help="comma-separated documents per latency request")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--size", choices=["minilm", *SIZES], default="minilm",
+                    help="minilm: the packaged checkpoint; base: a random BERT-base-shaped model with its tokenizer")
+    ap.add_argument("--checkpoint", type=Path, default=None, help="HF checkpoint folder (default: the packaged MiniLM)")
+    ap.add_argument("--skip-st", action="store_true", help="leave out the sentence-transformers row")
     args = ap.parse_args()
     lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
 
@@ -249,25 +284,34 @@ def main() -> None:
     from jingpai.reranker import registry
     from jingpai.reranker.service import cpu_has_native_bf16, resolve_dtype
 
-    ckpt = checkpoint_dir()
+    import tempfile
+
+    device = args.device
+    tmp = tempfile.TemporaryDirectory(prefix="jingpai-bench-")
+    ckpt = sized_checkpoint(args.checkpoint or checkpoint_dir(), args.size, Path(tmp.name))
     torch.manual_seed(0)
-    model = registry.create("cross", base=str(ckpt), max_length=max(lengths), device="cpu")
+    model = registry.create("cross", base=str(ckpt), max_length=max(lengths), device=device)
     model.net.eval()
     state = {k: v.clone() for k, v in model.net.state_dict().items()}
     params = sum(p.numel() for name, p in model.net.named_parameters() if "embeddings" not in name)
-    auto_dtype = resolve_dtype("auto", torch.device("cpu"))
+    n_layers, hidden = model.net.config.num_hidden_layers, model.net.config.hidden_size
+    auto_dtype = resolve_dtype("auto", torch.device(device))
     requests = workload(args.data, args.requests, args.docs)
     pairs = [(q, d) for q, docs in requests for d in docs]
     # emulated bf16 (no AMX / AVX512-BF16) is ~100x slower: a smaller matrix keeps the probe short
-    peak = {"fp32": matmul_peak_tflops("fp32"), "bf16": matmul_peak_tflops("bf16", n=1024 if cpu_has_native_bf16() else 256)}
+    if device == "cuda":
+        peak = {"fp32": matmul_peak_tflops("fp32", n=8192, device=device), "bf16": matmul_peak_tflops("bf16", n=8192, device=device)}
+    else:
+        peak = {"fp32": matmul_peak_tflops("fp32"), "bf16": matmul_peak_tflops("bf16", n=1024 if cpu_has_native_bf16() else 256)}
     best_peak = max(peak.values())
 
+    gpu = f"; GPU {torch.cuda.get_device_name(0)}" if device == "cuda" else ""
     print(f"machine: {machine()}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"CPU native bf16: {cpu_has_native_bf16()}; load average {os.getloadavg()[0]:.1f}")
-    print(f"model: cross on {ckpt.parent.name} ({params / 1e6:.1f}M non-embedding params, fresh 1-logit head); "
+          f"CPU native bf16: {cpu_has_native_bf16()}; load average {os.getloadavg()[0]:.1f}{gpu}")
+    print(f"model: cross, {args.size} shape ({'packaged weights' if args.size == 'minilm' else 'random weights'}) on {device} ({params / 1e6:.1f}M non-embedding params, fresh 1-logit head); "
           f"data {args.data}: {args.requests} requests × {args.docs} docs = {len(pairs)} pairs; "
           f"service clients {args.concurrency}; dtype auto → {auto_dtype}")
-    print(f"measured matmul peak ({torch.get_num_threads()} threads): fp32 {peak['fp32']:.3f} TFLOP/s, "
+    print(f"measured matmul peak ({device if device == 'cuda' else f'{torch.get_num_threads()} threads'}): fp32 {peak['fp32']:.3f} TFLOP/s, "
           f"bf16 {peak['bf16']:.4f} TFLOP/s; '% peak' below is of the higher one")
 
     summary: list[str] = []
@@ -275,35 +319,57 @@ def main() -> None:
         model.config = dataclasses.replace(model.config, max_length=length)
         enc = model.tokenizer([q for q, _ in pairs], [d for _, d in pairs], truncation="longest_first", max_length=length)
         tokens = sum(len(ids) for ids in enc["input_ids"])
+        # model FLOPs: dense matmuls (2 × non-embedding params per token) + attention scores and mixing
+        # (4 × layers × hidden × t² per pair of t tokens)
+        flops = sum(2 * params * len(ids) + 4 * n_layers * hidden * len(ids) ** 2 for ids in enc["input_ids"])
         rows: list[tuple[str, float, np.ndarray, str]] = []
 
         def add(label: str, seconds: float, scores, dtype: str) -> None:
             rows.append((label, seconds, np.asarray(scores, dtype=np.float32), dtype))
 
-        plain = plain_transformers(ckpt, state, length, args.batch_size)
+        plain = plain_transformers(ckpt, state, length, args.batch_size, device)
         plain(pairs[: args.batch_size])  # warm-up
         seconds, base_scores = timed(lambda: plain(pairs))
         add("transformers eager fp32 (baseline)", seconds, base_scores, "fp32")
         del plain
 
-        st = st_cross_encoder(ckpt, state, length, args.batch_size)
-        st(pairs[: args.batch_size])
-        seconds, scores = timed(lambda: st(pairs))
-        add("sentence-transformers CrossEncoder", seconds, scores, "fp32")
-        del st
+        if not args.skip_st:
+            st = st_cross_encoder(ckpt, state, length, args.batch_size, device)
+            st(pairs[: args.batch_size])
+            seconds, scores = timed(lambda: st(pairs))
+            add("sentence-transformers CrossEncoder", seconds, scores, "fp32")
+            del st
 
         for dtype, autocast in (("fp32", None), ("bf16", torch.bfloat16)):
             model.predict(pairs[: args.batch_size], batch_size=args.batch_size, autocast_dtype=autocast)
             seconds, scores = timed(lambda: model.predict(pairs, batch_size=args.batch_size, autocast_dtype=autocast))  # noqa: B023
             add(f"jingpai predict {dtype}", seconds, scores, dtype)
 
+        if device == "cuda":
+            # the ceiling for the service rows: the model alone on pre-tokenized, device-resident batches
+            per_batch = max(1, args.max_batch_tokens // length)
+            batches = [model.to_device(model.featurize(pairs[i : i + per_batch])) for i in range(0, len(pairs), per_batch)]
+            model.net.to(torch.bfloat16)
+            with torch.inference_mode():
+                model.scores(batches[0])
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                out = torch.cat([model.scores(b) for b in batches]).float().cpu().numpy()
+                seconds = time.perf_counter() - t0
+            model.net.float()
+            add("model forward only bf16 (pre-tokenized)", seconds, out, "bf16")
+
         def flat(by_request: dict[int, list[float]]) -> list[float]:
             return [s for i in range(len(requests)) for s in by_request[i]]
 
-        for dtype in ("fp32", "bf16"):
+        net = model.net
+        for dtype in ("fp32", "bf16", *(["int8"] if device == "cpu" else [])):
             seconds, by_request, _ = serve_in_process(model, service_settings(dtype, length, args.max_batch_tokens),
                                                       requests, args.concurrency)
             add(f"jingpai serve in-process {dtype}", seconds, flat(by_request), dtype)
+            # the service casts the weights to bf16 on a GPU and swaps in a quantized copy for int8;
+            # later rows start from the same fp32 net
+            model.net = net.float()
 
         latency_rows: list[str] = []
         with HttpServer(model, service_settings("auto", length, args.max_batch_tokens)) as server:
@@ -319,13 +385,14 @@ def main() -> None:
                         f"p50 {statistics.median(lat) * 1e3:8.0f} ms   p90 {percentile(lat, 0.9) * 1e3:8.0f} ms   "
                         f"max {max(lat) * 1e3:8.0f} ms   ({len(lat)} requests, {n_docs * clients / statistics.median(lat):.0f} pairs/s at p50)"
                     )
+        model.net.float()
 
         base_rate = len(pairs) / rows[0][1]
         print(f"\nmax_length {length}: {tokens / len(pairs):.0f} real tokens/pair")
         print(f"{'run':<38}{'seconds':>8}{'pairs/s':>9}{'× base':>8}{'TFLOP/s':>9}{'% peak':>8}{'max |Δ| vs base':>17}")
         for label, seconds, scores, dtype in rows:
             rate = len(pairs) / seconds
-            tflops = 2 * params * tokens / seconds / 1e12
+            tflops = flops / seconds / 1e12
             diff = float(np.abs(scores - rows[0][2]).max())
             print(f"{label:<38}{seconds:>8.2f}{rate:>9.1f}{rate / base_rate:>7.2f}x{tflops:>9.3f}"
                   f"{100 * tflops / best_peak:>7.0f}%{diff:>17.2e}")

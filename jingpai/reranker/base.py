@@ -118,7 +118,14 @@ class Reranker(ABC):
     # ------------------------------------------------------------------ shared API
 
     def to_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        return {k: v.to(self.device, non_blocking=True) if isinstance(v, torch.Tensor) else v for k, v in batch.items()}
+        """``batch`` on the model's device. To a GPU the copy goes through pinned memory: only then is it
+        asynchronous, so the host can prepare the next batch while the device is still busy."""
+        pin = self.device.type == "cuda"
+        return {
+            k: (v.pin_memory() if pin and v.device.type == "cpu" else v).to(self.device, non_blocking=True)
+            if isinstance(v, torch.Tensor) else v
+            for k, v in batch.items()
+        }
 
     @torch.inference_mode()
     def predict(

@@ -101,3 +101,19 @@ def test_bad_base_path_is_named(tmp_path: Path) -> None:
         registry.create("cross", base=str(missing))
     with pytest.raises(ModelLoadError, match="'cross' needs a base checkpoint"):
         registry.create("cross")
+
+
+@pytest.mark.parametrize("max_length", [8, 24, 128])
+def test_pair_encoder_matches_the_tokenizer_call(tiny_bert_dir: Path, max_length: int) -> None:
+    from transformers import AutoTokenizer
+
+    from jingpai.reranker.models.cross import PairEncoder
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_bert_dir)
+    pairs = [*PAIRS, ("", "空"), ("长" * 200, "短"), ("a [SEP] b", "[PAD] 中国 GDP " * 30)]
+    ours = PairEncoder(tokenizer)(pairs, max_length=max_length)
+    theirs = dict(tokenizer([q for q, _ in pairs], [d for _, d in pairs], padding=True, truncation="longest_first",
+                            max_length=max_length, return_tensors="pt"))
+    assert ours.keys() == theirs.keys()
+    for name, tensor in theirs.items():
+        assert torch.equal(ours[name], tensor), name

@@ -356,6 +356,24 @@ def test_dtype_resolution() -> None:
     from jingpai.reranker.service import cpu_has_native_bf16
 
     assert resolve_dtype("auto", cpu) == ("bf16" if cpu_has_native_bf16() else "fp32")
+    assert resolve_dtype("int8", cpu) == "int8"
+    with pytest.raises(ValueError, match=r"dtype='int8' \(dynamic int8 quantization\) runs on the CPU only, not on cuda"):
+        resolve_dtype("int8", torch.device("cuda"))
+
+
+def test_int8_quantizes_linear_layers_and_keeps_scores_close(model_dir: Path) -> None:
+    own = Reranker.load(model_dir, device="cpu")  # the service replaces the net: not the shared fixture
+    fp32_scores = own.predict([(QUERY, d) for d in DOCS])
+    app = create_app(ServiceSettings(dtype="int8"), own)
+    with TestClient(app) as c:
+        assert c.get("/info").json()["dtype"] == "int8"
+        r = c.post("/rerank", json={"query": QUERY, "texts": DOCS, "raw_scores": True})
+    assert r.status_code == 200
+    quantized = [m for m in own.net.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    assert quantized and not any(type(m) is torch.nn.Linear for m in own.net.modules())
+    got = {rec["index"]: rec["score"] for rec in r.json()}
+    assert max(abs(got[i] - fp32_scores[i]) for i in range(len(DOCS))) < 0.05
+    assert any(got[i] != fp32_scores[i] for i in range(len(DOCS)))  # it really ran another kernel
 
 
 def test_bf16_autocast_on_cpu_keeps_the_ranking_close(model: Reranker) -> None:
