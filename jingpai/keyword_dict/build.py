@@ -6,23 +6,28 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import sys
+import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
-from jingpai.keyword_dict.diffidf import grouped_document_frequencies, score_domain
-from jingpai.keyword_dict.dictionary import Dictionary, Entry
-from jingpai.keyword_dict.discovery import DiscoverySettings, discover
+import numpy as np
+
+from jingpai.keyword_dict.diffidf import VocabularyIndex, diff_idf, domain_document_frequencies
+from jingpai.keyword_dict.dictionary import Dictionary
+from jingpai.keyword_dict.discovery import DiscoverySettings, candidate_mask, find_words
+from jingpai.keyword_dict.ngrams import chunks
 from jingpai.keyword_dict.segment import Segmenter
-from jingpai.keyword_dict.text import is_candidate_word
 
 logger = logging.getLogger(__name__)
 
 
-#: below this many characters in all corpora together, process start-up costs more than it saves
-PARALLEL_MIN_CHARS = 5_000_000
+#: below this many characters in all corpora together, starting worker processes costs more than it
+#: saves: forked workers start in milliseconds, spawned ones re-import numpy and the segmenter (~1 s)
+PARALLEL_MIN_CHARS = {"fork": 300_000, "spawn": 5_000_000}
 #: a domain with fewer documents gets a warning: its document frequencies are too coarse for diff-idf
 FEW_DOCS = 20
 
@@ -44,7 +49,8 @@ class BuildSettings:
         min_df: keep words found in at least this many documents of the domain.
         top_n: keep at most this many words per domain (``None``: all above the threshold).
         workers: processes for the per-domain work (``None``: one per CPU core when the corpora hold at
-            least :data:`PARALLEL_MIN_CHARS` characters, else in-process; 1: in-process).
+            least :data:`PARALLEL_MIN_CHARS` characters for the way processes start here, else
+            in-process; 1: in-process).
     """
 
     discovery: DiscoverySettings = field(default_factory=DiscoverySettings)
@@ -67,28 +73,66 @@ def _plain_segmenter() -> Segmenter:
     return Segmenter()
 
 
-def _known_words(docs: Sequence[str], min_count: int) -> Counter[str]:
-    segmenter = _plain_segmenter()
+def _known_words(docs: Sequence[str], min_count: int, chunk_chars: int) -> Counter[str]:
     counts: Counter[str] = Counter()
-    for doc in docs:
-        counts.update(segmenter.cut(doc))
-    return Counter({w: c for w, c in counts.items() if c >= min_count and is_candidate_word(w)})
+    for batch in chunks(docs, chunk_chars):
+        # one call per chunk, not per document (cheaper): a word never spans a newline
+        counts.update(_plain_segmenter().cut("\n".join(batch)))
+    frequent = [w for w, c in counts.items() if c >= min_count]
+    return Counter({w: counts[w] for w, ok in zip(frequent, candidate_mask(frequent).tolist()) if ok})
 
 
 def _candidates(docs: Sequence[str], s: BuildSettings) -> tuple[dict[str, int], Counter[str]]:
-    found = {c.word: c.freq for c in discover(docs, s.discovery)}
-    known = _known_words(docs, s.known_min_count) if s.known_words else Counter()
-    return found, known
+    found = find_words(docs, s.discovery)
+    known = _known_words(docs, s.known_min_count, s.discovery.chunk_chars) if s.known_words else Counter()
+    return dict(zip(found.words, found.freq.tolist())), known
+
+
+def _start_method() -> str:
+    """``fork`` on Linux while no other Python thread runs (a forked child inherits the parent's imports
+    and segmenter for free, but not its other threads, whose locks could stay held); else ``spawn``
+    (macOS system libraries are not fork-safe; Windows cannot fork)."""
+    if not sys.platform.startswith("linux"):
+        return "spawn"
+    if threading.active_count() > 1:
+        logger.info("%d threads running: worker processes are spawned, not forked", threading.active_count())
+        return "spawn"
+    return "fork"
+
+
+def _run_all(fn: Callable, args: list[tuple]) -> list:
+    return [fn(*a) for a in args]
 
 
 @contextlib.contextmanager
-def _pool(workers: int) -> Iterator[Callable]:
-    """``map``-like callable: a spawn-context process pool (safe next to torch threads), or in-process."""
+def _pool(workers: int, method: str) -> Iterator[Callable]:
+    """``map(fn, args, sizes)``-like callable over ``workers`` processes: this one and ``workers - 1``
+    child processes (none for one worker).
+
+    Tasks are split by size ahead of time, largest first onto the least loaded process, and each child
+    gets its share as one call: this process, already warm, works too rather than waiting, which saves
+    a child's start and the transfer of its share. Results come back in argument order. Children run
+    numpy and the segmenter only, never torch, so a forked child is safe next to torch's thread pools.
+    """
     if workers <= 1:
-        yield lambda fn, *its: list(map(fn, *its))
+        yield lambda fn, args, sizes: _run_all(fn, args)
         return
-    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as ex:
-        yield lambda fn, *its: list(ex.map(fn, *its))
+    with ProcessPoolExecutor(max_workers=workers - 1, mp_context=multiprocessing.get_context(method)) as ex:
+
+        def pmap(fn, args, sizes):
+            shares: list[list[int]] = [[] for _ in range(workers)]
+            loads = [0] * workers
+            for i in sorted(range(len(args)), key=lambda i: -sizes[i]):
+                least = loads.index(min(loads))
+                shares[least].append(i)
+                loads[least] += sizes[i]
+            children = [(share, ex.submit(_run_all, fn, [args[i] for i in share])) for share in shares[1:] if share]
+            done = dict(zip(shares[0], _run_all(fn, [args[i] for i in shares[0]])))
+            for share, future in children:
+                done.update(zip(share, future.result()))
+            return [done[i] for i in range(len(args))]
+
+        yield pmap
 
 
 def build_dictionary(
@@ -129,63 +173,69 @@ def build_dictionary(
         if len(docs) < FEW_DOCS:
             logger.warning("domain %r has only %d documents (< %d): its diff-idf scores will be coarse", name, len(docs), FEW_DOCS)
     names = list(domains)
-    chars = sum(len(d) for docs in domains.values() for d in docs) + sum(len(d) for d in background or ())
+    corpora = [list(domains[n]) for n in names] + ([list(background)] if background is not None else [])
+    sizes = [sum(map(len, docs)) for docs in corpora]
+    method = _start_method()
     if s.workers is not None:
         workers = s.workers
-    elif chars >= PARALLEL_MIN_CHARS:
+    elif sum(sizes) >= PARALLEL_MIN_CHARS[method]:
         workers = os.cpu_count() or 1
     else:
         workers = 1
-        logger.info("%d characters in all: building in-process (parallel from %d)", chars, PARALLEL_MIN_CHARS)
-    workers = min(workers, len(names) + (background is not None))
-    with _pool(workers) as pmap:
-        per_domain = pmap(_candidates, [domains[n] for n in names], [s] * len(names))
-        candidates, freqs, stats = _fuse_candidates(names, domains, per_domain)
+        logger.info("%d characters in all: building in-process (parallel from %d)", sum(sizes), PARALLEL_MIN_CHARS[method])
+    workers = min(workers, len(corpora))
+    if s.known_words:
+        _plain_segmenter()  # load the segmenter's dictionary once: forked workers inherit it
+    with _pool(workers, method) as pmap:
+        per_domain = pmap(_candidates, [(corpora[i], s) for i in range(len(names))], sizes)
+        candidates, freqs, stats = _fuse_candidates(names, corpora, sizes, per_domain)
         stats["background_docs"] = len(background) if background is not None else None
-    vocabulary = sorted(set().union(*candidates.values()))
-    corpora = [domains[n] for n in names] + ([background] if background is not None else [])
-    counted = grouped_document_frequencies(corpora, vocabulary)
-    df = {n: counted[i][0] for i, n in enumerate(names)}
-    n_docs = {n: counted[i][1] for i, n in enumerate(names)}
-    if background is not None:
-        bg_df, bg_n = counted[-1]
-    return _score(names, candidates, df, n_docs, (bg_df, bg_n) if background is not None else None, freqs, stats, s)
+        vocabulary = sorted(set().union(*candidates.values()))
+        index = VocabularyIndex.build(vocabulary)
+        counted = pmap(domain_document_frequencies, [(docs, index, s.discovery.chunk_chars) for docs in corpora], sizes)
+    return _score(names, vocabulary, candidates, counted, background is not None, freqs, stats, s)
 
 
-def _fuse_candidates(names, domains, per_domain) -> tuple[dict[str, set[str]], Counter[str], dict]:
+def _fuse_candidates(names, corpora, sizes, per_domain) -> tuple[dict[str, set[str]], Counter[str], dict]:
     candidates: dict[str, set[str]] = {}
     freqs: Counter[str] = Counter()
     stats: dict = {"domains": {}}
-    for name, (found, known) in zip(names, per_domain):
-        docs = domains[name]
-        words = set(found) | set(known)
-        for w in words:
-            freqs[w] += max(found.get(w, 0), known.get(w, 0))
-        candidates[name] = words
-        stats["domains"][name] = {"docs": len(docs), "chars": sum(len(d) for d in docs), "new_words": len(found), "known_words": len(known)}
+    for i, (name, (found, known)) in enumerate(zip(names, per_domain)):
+        docs = corpora[i]
+        best = dict(known)
+        for w, c in found.items():
+            if c > best.get(w, 0):
+                best[w] = c
+        freqs.update(best)
+        candidates[name] = set(best)
+        stats["domains"][name] = {"docs": len(docs), "chars": sizes[i], "new_words": len(found), "known_words": len(known)}
         logger.info("domain %s: %d docs, %d new-word candidates, %d known words", name, len(docs), len(found), len(known))
     return candidates, freqs, stats
 
 
-def _score(names, candidates, df, n_docs, background, freqs, stats, s: BuildSettings) -> Dictionary:
-    entries: list[Entry] = []
-    for name in names:
-        if background is not None:
-            anti_df, anti_n = background
+def _score(names, vocabulary, candidates, counted, has_background, freqs, stats, s: BuildSettings) -> Dictionary:
+    df = np.stack([c[0] for c in counted])
+    n_docs = [c[1] for c in counted]
+    position = {w: i for i, w in enumerate(vocabulary)}
+    total_df, total_n = df[: len(names)].sum(axis=0), sum(n_docs[: len(names)])
+    rows: list[tuple[str, str, float, int]] = []
+    for g, name in enumerate(names):
+        if has_background:
+            anti_df, anti_n = df[-1], n_docs[-1]
         else:
-            anti_df = Counter()
-            for other in names:
-                if other != name:
-                    anti_df.update(df[other])
-            anti_n = sum(n for other, n in n_docs.items() if other != name)
-        words = [w for w in candidates[name] if df[name][w] >= s.min_df]
-        scores = score_domain(words, df[name], n_docs[name], anti_df, anti_n, smoothing=s.smoothing)
-        kept = sorted(((sc, w) for w, sc in scores.items() if sc >= s.min_score), key=lambda t: (-t[0], t[1]))
-        if s.top_n is not None:
-            kept = kept[: s.top_n]
-        stats["domains"][name]["kept"] = len(kept)
-        entries.extend(Entry(w, name, round(sc, 6), freqs[w]) for sc, w in kept)
-    return Dictionary(entries, params=s.to_dict(), stats=stats)
+            anti_df, anti_n = total_df - df[g], total_n - n_docs[g]
+        # vocabulary order is word order: sorted positions keep ties in word order below
+        idx = np.sort(np.fromiter(map(position.__getitem__, candidates[name]), dtype=np.int64, count=len(candidates[name])))
+        idx = idx[df[g, idx] >= s.min_df]
+        if idx.shape[0]:
+            diff_idf(int(df[g, idx[0]]), n_docs[g], int(anti_df[idx[0]]), anti_n, smoothing=s.smoothing)  # validates the corpora
+        scores = np.log(anti_n / (anti_df[idx] + s.smoothing)) - np.log(n_docs[g] / (df[g, idx] + s.smoothing))
+        ok = scores >= s.min_score
+        idx, scores = idx[ok], scores[ok]
+        order = np.lexsort((idx, -scores))[: s.top_n]
+        stats["domains"][name]["kept"] = int(order.shape[0])
+        rows.extend((vocabulary[i], name, round(sc, 6), freqs[vocabulary[i]]) for i, sc in zip(idx[order].tolist(), scores[order].tolist()))
+    return Dictionary.from_rows(rows, params=s.to_dict(), stats=stats)
 
 
 __all__ = ["BuildError", "BuildSettings", "build_dictionary"]

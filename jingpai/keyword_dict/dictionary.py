@@ -19,6 +19,7 @@ import datetime as _dt
 import hashlib
 import json
 import logging
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ KEYWORDS_DIR = "keywords"
 TSV_HEADER = "word\tdomain\tscore\tfreq"
 #: jieba frequency given to dictionary words that carry no corpus frequency, high enough to keep them whole
 MIN_USERDICT_FREQ = 1000
+_WHITESPACE = re.compile("[\t\n\r ]")
 
 
 class DictionaryError(ValueError):
@@ -72,23 +74,47 @@ class Dictionary:
         stats: Mapping[str, Any] | None = None,
         created: str | None = None,
     ) -> None:
+        self._setup(((e.word, e.domain, e.score, e.freq) for e in entries), params, stats, created)
+
+    def _setup(self, rows: Iterable[tuple[str, str, float, int]], params, stats, created) -> None:
         self._scores: dict[str, dict[str, float]] = {}
         self._freq: dict[str, int] = {}
-        for e in entries:
-            if not e.word or any(ch in e.word for ch in "\t\n\r "):
-                raise DictionaryError(f"dictionary word {e.word!r} is empty or contains whitespace")
-            domains = self._scores.setdefault(e.word, {})
-            if e.domain in domains:
-                raise DictionaryError(f"duplicate dictionary entry for word {e.word!r} in domain {e.domain!r}")
-            domains[e.domain] = float(e.score)
-            self._freq[e.word] = max(self._freq.get(e.word, 0), int(e.freq))
+        self._tsv: str | None = None
+        self._add(rows)
         self._weights: dict[str, float] | None = None
         self.params = dict(params or {})
         self.stats = dict(stats or {})
         self.created = created or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self.version = hashlib.sha1(self.to_tsv().encode("utf-8")).hexdigest()[:12]
 
+    def _add(self, rows: Iterable[tuple[str, str, float, int]]) -> None:
+        scores, freqs = self._scores, self._freq
+        for word, domain, score, freq in rows:
+            domains = scores.get(word)
+            if domains is None:
+                if not word or _WHITESPACE.search(word):
+                    raise DictionaryError(f"dictionary word {word!r} is empty or contains whitespace")
+                domains = scores[word] = {}
+            elif domain in domains:
+                raise DictionaryError(f"duplicate dictionary entry for word {word!r} in domain {domain!r}")
+            domains[domain] = float(score)
+            freqs[word] = max(freqs.get(word, 0), int(freq))
+
     # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_rows(
+        cls,
+        rows: Iterable[tuple[str, str, float, int]],
+        *,
+        params: Mapping[str, Any] | None = None,
+        stats: Mapping[str, Any] | None = None,
+        created: str | None = None,
+    ) -> Dictionary:
+        """Build from ``(word, domain, score, freq)`` tuples: the rows of :class:`Entry` without an object each."""
+        d = cls.__new__(cls)
+        d._setup(rows, params, stats, created)
+        return d
 
     @classmethod
     def from_scores(
@@ -150,16 +176,25 @@ class Dictionary:
             raise DictionaryError(f"unknown domain {domain!r}; expected one of {', '.join(self.domain_names())}")
         return [w for _, w in sorted(rows, key=lambda r: (-r[0], r[1]))]
 
+    def _sorted_rows(self) -> list[tuple[str, float, str, float]]:
+        """``(domain, -score, word, score)`` sorted: by domain, then descending score, then word."""
+        rows = [(d, -s, w, s) for w, doms in self._scores.items() for d, s in doms.items()]
+        rows.sort()
+        return rows
+
     def entries(self) -> list[Entry]:
         """All rows, sorted by domain then descending score then word."""
-        rows = [Entry(w, d, s, self._freq.get(w, 0)) for w, doms in self._scores.items() for d, s in doms.items()]
-        return sorted(rows, key=lambda e: (e.domain, -e.score, e.word))
+        return [Entry(w, d, s, self._freq.get(w, 0)) for d, _, w, s in self._sorted_rows()]
 
     # ------------------------------------------------------------------ files
 
     def to_tsv(self) -> str:
-        lines = [TSV_HEADER] + [f"{e.word}\t{e.domain}\t{e.score:.6f}\t{e.freq}" for e in self.entries()]
-        return "\n".join(lines) + "\n"
+        # computed once: the version hashes it and save() writes it (rows never change after construction)
+        if self._tsv is None:
+            freq = self._freq
+            lines = [TSV_HEADER] + [f"{w}\t{d}\t{s:.6f}\t{freq.get(w, 0)}" for d, _, w, s in self._sorted_rows()]
+            self._tsv = "\n".join(lines) + "\n"
+        return self._tsv
 
     def userdict_lines(self) -> list[str]:
         """jieba user-dictionary lines ``word freq n``, best words first."""

@@ -13,15 +13,28 @@ A candidate is kept when all four pass their thresholds (:class:`DiscoverySettin
 
 from __future__ import annotations
 
+import functools
+import itertools
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from jingpai.keyword_dict.ngrams import Level, UnitCodec, chunks, count_level, hash_rows, merge, prune
-from jingpai.keyword_dict.text import is_candidate_word
+from jingpai.keyword_dict.ngrams import (
+    RUN_BASE,
+    Level,
+    Ranked,
+    UnitCodec,
+    chunks,
+    count_levels,
+    hash_rows,
+    member,
+    merge,
+    prune,
+    rank_levels,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -36,9 +49,11 @@ class DiscoverySettings:
         min_count: minimum occurrences in the corpus.
         min_pmi: minimum PMI of the weakest split (natural log).
         min_entropy: minimum of left and right neighbour entropy (nats).
-        chunk_chars: the corpus is counted in chunks of about this many characters.
-        max_table: when an n-gram table grows past this many entries, its rarest n-grams are pruned
-            (lossy counting: bounded memory, counts of very rare n-grams become approximate).
+        chunk_chars: the corpus is counted in chunks of about this many characters (memory grows with
+            the chunk; a corpus that fits one chunk is counted exactly, and fastest).
+        max_table: when an n-gram table carried across chunks grows past this many entries, its
+            rarest n-grams are pruned (lossy counting: bounded memory, counts of very rare n-grams
+            become approximate).
     """
 
     min_n: int = 2
@@ -77,6 +92,146 @@ def _bound(level: Level, s: DiscoverySettings, n: int) -> Level:
     return level
 
 
+@dataclass(frozen=True)
+class Found:
+    """Discovered words as columns (what :func:`discover` returns, without a Python object per word)."""
+
+    words: list[str]
+    freq: np.ndarray
+    pmi: np.ndarray
+    left_entropy: np.ndarray
+    right_entropy: np.ndarray
+
+
+def find_words(docs: Iterable[str], settings: DiscoverySettings | None = None) -> Found:
+    """:func:`discover` as columns, in no particular order (the fast path for dictionary builds).
+
+    Args:
+        docs: the corpus, one string per document.
+        settings: thresholds (defaults: :class:`DiscoverySettings`).
+
+    Returns:
+        The candidates' words and statistics (:class:`Found`).
+
+    Example:
+        >>> docs = ["区块链技术发展", "区块链应用落地", "发展区块链产业"] * 3
+        >>> found = find_words(docs, DiscoverySettings(min_count=3, min_pmi=0.5, min_entropy=0.5))
+        >>> "区块链" in found.words
+        True
+    """
+    s = settings or DiscoverySettings()
+    codec = UnitCodec()
+    top = s.max_n + 1  # counts up to max_n + 1 so every candidate's neighbours are known
+    batches = chunks(docs, s.chunk_chars)
+    first = next(batches, None)
+    second = next(batches, None)
+    if second is None:
+        ids, _, _ = codec.encode_docs(first or [], owners=False)
+        total_units = int(np.count_nonzero(ids))
+        # one chunk: its counts are final, so only what the candidates' statistics read needs a rank
+        ranked = rank_levels(ids, top, min_count=s.min_count)
+        logger.info("discovery: %d units in one chunk, %d distinct n-grams ranked", total_units, sum(len(lv) for lv in ranked))
+        level_words = functools.partial(_ranked_words, ranked, ids)
+    else:
+        levels = [Level.empty(n) for n in range(top + 1)]
+        total_units = 0
+        for batch in itertools.chain([first, second], batches):
+            ids, _, _ = codec.encode_docs(batch, owners=False)
+            total_units += int(np.count_nonzero(ids))
+            for n, counted in enumerate(count_levels(ids, top)[1:], start=1):
+                levels[n] = _bound(merge(levels[n], counted), s, n)
+        logger.info("discovery: %d units, %d distinct n-grams tabled", total_units, sum(len(lv) for lv in levels))
+        level_words = functools.partial(_table_words, levels)
+    parts = []
+    if total_units:
+        log_total = math.log(total_units)
+        digits = codec.digit_runs(), codec.digit_runs(min_len=4)
+        for n in range(max(2, s.min_n), s.max_n + 1):
+            units, counts, pmi, h_l, h_r = level_words(n, s, log_total)
+            keep = (pmi >= s.min_pmi) & (np.minimum(h_l, h_r) >= s.min_entropy) & _candidate_units(units, *digits)
+            parts.append((codec.decode_rows(units[keep]), counts[keep].astype(np.int64), pmi[keep], h_l[keep], h_r[keep]))
+    if not parts:
+        return Found([], np.zeros(0, np.int64), *(np.zeros(0) for _ in range(3)))
+    return Found([w for p in parts for w in p[0]], *(np.concatenate([p[i] for p in parts]) for i in range(1, 5)))
+
+
+def candidate_mask(words: Sequence[str]) -> np.ndarray:
+    """:func:`~jingpai.keyword_dict.text.is_candidate_word` of every word, vectorised.
+
+    Example:
+        >>> candidate_mask(["A股", "中", "GDP", "跌2", "2010"]).tolist()
+        [True, False, True, False, False]
+    """
+    codec = UnitCodec()
+    n_units, ids = codec.encode_words(words)
+    ok = np.zeros(n_units.shape[0], bool)
+    several = np.flatnonzero(n_units >= 2)  # no number at the end, no number of 4 digits or more inside
+    ok[several] = ~member(ids[np.cumsum(n_units)[several] - 1], codec.digit_runs())
+    ok[np.repeat(np.arange(n_units.shape[0]), n_units)[member(ids, codec.digit_runs(min_len=4))]] = False
+    for i in np.flatnonzero(n_units == 1).tolist():  # one unit: a Latin run such as GDP, not a number
+        w = words[i]
+        ok[i] = len(w) >= 2 and w.isascii() and not w.isdigit()
+    return ok
+
+
+def _candidate_units(units: np.ndarray, digits: np.ndarray, long_digits: np.ndarray) -> np.ndarray:
+    """:func:`~jingpai.keyword_dict.text.is_candidate_word` of n-grams of ``n >= 2`` units, vectorised:
+    no number (a unit of ``digits``) at the end, no number of 4 digits or more (``long_digits``) inside."""
+    ok = np.ones(units.shape[0], bool)
+    latin = np.flatnonzero((units >= RUN_BASE).any(axis=1))
+    if latin.shape[0]:
+        rows = units[latin]
+        ok[latin] = ~(member(rows[:, -1], digits) | member(rows, long_digits).any(axis=1))
+    return ok
+
+
+def _ranked_words(levels: list[Ranked], ids: np.ndarray, n: int, s: DiscoverySettings, log_total: float):
+    """``(units, counts, pmi, left entropy, right entropy)`` of the n-grams seen ``min_count`` times, from
+    the ranks of one chunk."""
+    level = levels[n]
+    rows = np.flatnonzero(level.counts >= s.min_count)
+    rep, counts = level.rep[rows], level.counts[rows].astype(np.float64)
+    log_c = np.log(counts)
+    pmi = np.full(counts.shape[0], np.inf)
+    for k in range(1, n):
+        left_c = levels[k].counts[levels[k].rank[rep]].astype(np.float64)
+        right_c = levels[n - k].counts[levels[n - k].rank[rep + k]].astype(np.float64)
+        pmi = np.minimum(pmi, log_c + log_total - np.log(left_c) - np.log(right_c))
+    # Σ c·log c over right / left extensions, the (n+1)-grams whose prefix / suffix is the word;
+    # boundaries and singletons are distinct neighbours with c·log c = 0, so H = log count − Σ c·log c / count
+    nxt = levels[n + 1]
+    clogc = nxt.counts * np.log(nxt.counts)
+    right = np.bincount(nxt.prefix, weights=clogc, minlength=len(level))[rows]
+    left = np.bincount(nxt.suffix, weights=clogc, minlength=len(level))[rows]
+    units = ids[rep[:, None] + np.arange(n)]
+    return units, counts, pmi, log_c - left / counts, log_c - right / counts
+
+
+def _table_words(levels: list[Level], n: int, s: DiscoverySettings, log_total: float):
+    """:func:`_ranked_words` from n-gram tables merged over chunks."""
+    level = levels[n]
+    mask = level.counts >= s.min_count
+    units, counts = level.units[mask], level.counts[mask].astype(np.float64)
+    log_c = np.log(counts)
+    pmi = np.full(counts.shape[0], np.inf)
+    for k in range(1, n):
+        left_c = levels[k].lookup(hash_rows(units[:, :k])).astype(np.float64)
+        right_c = levels[n - k].lookup(hash_rows(units[:, k:])).astype(np.float64)
+        pmi = np.minimum(pmi, log_c + log_total - np.log(left_c) - np.log(right_c))
+    # Σ c·log c over right / left extensions; boundaries and pruned singletons are distinct
+    # neighbours with c·log c = 0, so H = log count − Σ c·log c / count
+    nxt = levels[n + 1]
+    nxt = prune(nxt, 2) if len(nxt) and nxt.counts.min() < 2 else nxt  # c·log c = 0 for c = 1
+    clogc = nxt.counts * np.log(nxt.counts)
+    sums = []
+    cand = Level(level.keys[mask], level.counts[mask], units)  # still sorted: a small table to search
+    for keys in (hash_rows(nxt.units[:, :n]), hash_rows(nxt.units[:, 1:])):
+        rows = cand.index_of(keys)
+        hit = rows >= 0
+        sums.append(np.bincount(rows[hit], weights=clogc[hit], minlength=len(cand)))
+    return units, counts, pmi, log_c - sums[1] / counts, log_c - sums[0] / counts
+
+
 def discover(docs: Iterable[str], settings: DiscoverySettings | None = None) -> list[Candidate]:
     """Find new-word candidates in ``docs`` (streamed in chunks; memory bounded by the n-gram tables).
 
@@ -92,53 +247,13 @@ def discover(docs: Iterable[str], settings: DiscoverySettings | None = None) -> 
         >>> [c.word for c in discover(docs, DiscoverySettings(min_count=3, min_pmi=0.5, min_entropy=0.5))][:1]
         ['区块链']
     """
-    s = settings or DiscoverySettings()
-    codec = UnitCodec()
-    top = s.max_n + 1  # counts up to max_n + 1 so every candidate's neighbours are known
-    levels = [Level.empty(n) for n in range(top + 1)]
-    total_units = 0
-    for batch in chunks(docs, s.chunk_chars):
-        ids, _, _ = codec.encode_docs(batch)
-        total_units += int(np.count_nonzero(ids))
-        for n in range(1, top + 1):
-            levels[n] = _bound(merge(levels[n], count_level(ids, n)), s, n)
-    if total_units == 0:
-        return []
-    logger.info("discovery: %d units, %d distinct n-grams", total_units, sum(len(lv) for lv in levels))
-
-    log_total = math.log(total_units)
-    found: list[Candidate] = []
-    for n in range(max(2, s.min_n), s.max_n + 1):
-        level = levels[n]
-        mask = level.counts >= s.min_count
-        if not mask.any():
-            continue
-        units, counts = level.units[mask], level.counts[mask].astype(np.float64)
-        log_c = np.log(counts)
-        pmi = np.full(counts.shape[0], np.inf)
-        for k in range(1, n):
-            left_c = levels[k].lookup(hash_rows(units[:, :k])).astype(np.float64)
-            right_c = levels[n - k].lookup(hash_rows(units[:, k:])).astype(np.float64)
-            pmi = np.minimum(pmi, log_c + log_total - np.log(left_c) - np.log(right_c))
-        # Σ c·log c over right / left extensions; boundaries and pruned singletons are distinct
-        # neighbours with c·log c = 0, so H = log count − Σ c·log c / count
-        nxt = levels[n + 1]
-        clogc = nxt.counts * np.log(np.maximum(nxt.counts, 1))
-        sums = []
-        cand = Level(level.keys[mask], level.counts[mask], units)  # still sorted: a small table to search
-        for keys in (hash_rows(nxt.units[:, :n]), hash_rows(nxt.units[:, 1:])):
-            rows = cand.index_of(keys)
-            hit = rows >= 0
-            sums.append(np.bincount(rows[hit], weights=clogc[hit], minlength=len(cand)))
-        h_r = log_c - sums[0] / counts
-        h_l = log_c - sums[1] / counts
-        keep = np.flatnonzero((pmi >= s.min_pmi) & (np.minimum(h_l, h_r) >= s.min_entropy))
-        for i in keep:
-            word = codec.decode(units[i])
-            if is_candidate_word(word):
-                found.append(Candidate(word, int(counts[i]), float(pmi[i]), float(h_l[i]), float(h_r[i])))
+    f = find_words(docs, settings)
+    found = [
+        Candidate(w, int(c), float(p), float(hl), float(hr))
+        for w, c, p, hl, hr in zip(f.words, f.freq.tolist(), f.pmi.tolist(), f.left_entropy.tolist(), f.right_entropy.tolist())
+    ]
     found.sort(key=lambda c: (-c.freq, c.word))
     return found
 
 
-__all__ = ["Candidate", "DiscoverySettings", "discover"]
+__all__ = ["Candidate", "DiscoverySettings", "Found", "candidate_mask", "discover", "find_words"]

@@ -9,7 +9,7 @@ import pytest
 
 from jingpai.keyword_dict import BuildError, BuildSettings, build_dictionary, extract_keywords
 from jingpai.keyword_dict.corpus import CorpusReadError, LabelledSpec, read_documents, read_labelled
-from jingpai.keyword_dict.diffidf import diff_idf, document_frequencies
+from jingpai.keyword_dict.diffidf import VocabularyIndex, diff_idf, document_frequencies, domain_document_frequencies
 
 
 def test_formula_matches_the_paper() -> None:
@@ -23,6 +23,51 @@ def test_document_frequency_counts_documents_on_unit_boundaries() -> None:
     df, n = document_frequencies(["GDP增长GDP", "GDPR法规", "中国GDP"], ["GDP", "中国", "增长"])
     assert n == 3
     assert df == {"GDP": 2, "增长": 1, "中国": 1}
+
+
+def test_document_frequencies_do_not_depend_on_chunking(shared_data: Path) -> None:
+    docs = [line.split("\t", 1)[1] for line in (shared_data / "zh/cnews_sample/docs.tsv").read_text(encoding="utf-8").splitlines()[:60]]
+    # Han words of 2 to 7 characters cut from the documents (a substring test is then the reference)
+    han = [w for d in docs[::7] for w in (d[i : i + n] for i, n in zip(range(5, 60, 9), (2, 3, 4, 5, 6, 7) * 2))]
+    han = [w for w in dict.fromkeys(han) if all("\u4e00" <= ch <= "\u9fff" for ch in w)]
+    vocabulary = ["NBA", "不存在的词", "A-股", *han]
+    index = VocabularyIndex.build(vocabulary)
+    whole, n = domain_document_frequencies(docs, index)
+    chunked, n_chunked = domain_document_frequencies(docs, index, chunk_chars=3000)
+    assert n == n_chunked == 60 and whole.tolist() == chunked.tolist()
+    assert whole[1] == whole[2] == 0 and len(han) > 20 and {len(w) for w in han} >= {2, 5, 7}
+    assert whole[3:].tolist() == [sum(w in d for d in docs) for w in han]
+
+
+def test_known_words_counted_per_chunk_equal_per_document(shared_data: Path) -> None:
+    from collections import Counter
+
+    from jingpai.keyword_dict.build import _known_words
+    from jingpai.keyword_dict.segment import Segmenter
+    from jingpai.keyword_dict.text import is_candidate_word
+
+    docs = [line.split("\t", 1)[1] for line in (shared_data / "zh/cnews_sample/docs.tsv").read_text(encoding="utf-8").splitlines()[:80]]
+    segmenter = Segmenter()
+    per_doc = Counter(t for d in docs for t in segmenter.cut(d))
+    expected = {w: c for w, c in per_doc.items() if c >= 3 and is_candidate_word(w)}
+    assert _known_words(docs, 3, 20_000) == expected and len(expected) > 100
+
+
+def test_workers_are_spawned_while_other_threads_run(caplog) -> None:
+    import threading
+
+    from jingpai.keyword_dict.build import _start_method
+
+    stop = threading.Event()
+    thread = threading.Thread(target=stop.wait)
+    thread.start()
+    try:
+        with caplog.at_level("INFO", logger="jingpai.keyword_dict.build"):
+            assert _start_method() == "spawn"
+    finally:
+        stop.set()
+        thread.join()
+    assert "threads running: worker processes are spawned, not forked" in caplog.text
 
 
 def test_domain_word_scores_high_and_shared_word_low() -> None:

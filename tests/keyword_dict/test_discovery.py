@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 
-from jingpai.keyword_dict.discovery import DiscoverySettings, discover
+from jingpai.keyword_dict.discovery import DiscoverySettings, candidate_mask, discover
+from jingpai.keyword_dict.ngrams import UnitCodec
 from jingpai.keyword_dict.text import is_candidate_word, segments, units
 
 LOOSE = DiscoverySettings(min_count=3, min_pmi=0.0, min_entropy=0.0)
@@ -78,9 +80,31 @@ def test_chunked_counting_equals_one_pass_and_pruning_bounds_tables(shared_data,
     chunked = discover(docs, DiscoverySettings(chunk_chars=20_000))
     assert whole and [(c.word, c.freq) for c in chunked] == [(c.word, c.freq) for c in whole]
     assert [c.pmi for c in chunked] == pytest.approx([c.pmi for c in whole])
+    # one chunk is counted by exact ranks (pruned to what candidates read), several by merged hash tables
+    for settings in (DiscoverySettings(), DiscoverySettings(min_count=3, max_n=4, min_pmi=1.0, min_entropy=0.5)):
+        one = discover(docs, settings)
+        many = discover(docs, dataclasses.replace(settings, chunk_chars=20_000))
+        assert len(one) > 50 and [(c.word, c.freq) for c in many] == [(c.word, c.freq) for c in one]
+        assert [(c.pmi, c.left_entropy, c.right_entropy) for c in many] == [pytest.approx((c.pmi, c.left_entropy, c.right_entropy)) for c in one]
     with caplog.at_level("INFO", logger="jingpai.keyword_dict.discovery"):
         bounded = discover(docs, DiscoverySettings(chunk_chars=20_000, max_table=20_000))
     assert any("pruned" in r.message for r in caplog.records)
     # lossy counting keeps the frequent words
     top = {c.word for c in whole[:50]}
     assert top <= {c.word for c in bounded}
+
+
+def test_vectorised_candidate_rule_matches_is_candidate_word(shared_data) -> None:
+    tricky = ["A股", "GDP", "中", "2010", "跌2", "大学2010年", "98折", "PS3", "360公司", "", "A-股", "ＧＤＰ", "１２３４",
+              "a", "ab", "Ａｂ", "iPhone5", "3.5", "中国 人", "5G手机", "2010年", "1234中", "中1234", "x2010y"]
+    text = (shared_data / "zh/cnews_sample/docs.tsv").read_text(encoding="utf-8")[:50_000]
+    words = tricky + sorted({w for seg in segments(text) for n in (1, 2, 3) for w in ("".join(seg[i : i + n]) for i in range(len(seg)))})
+    assert candidate_mask(words).tolist() == [is_candidate_word(w) for w in words]
+
+
+def test_latin_run_ids_do_not_depend_on_the_codec_or_text() -> None:
+    ids, _, _ = UnitCodec().encode_docs(["看好A股与GDP", "GDPR"])
+    n_units, word_ids = UnitCodec().encode_words(["GDP", "GDPR", "A股"])
+    assert n_units.tolist() == [1, 1, 2]
+    assert set(word_ids.tolist()) <= set(ids.tolist())
+    assert word_ids[0] != word_ids[1]  # GDP is not GDPR
