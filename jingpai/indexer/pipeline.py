@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tenacity import before_sleep_log, retry, retry_if_exception, stop_after_attempt, wait_exponential
 from tqdm import tqdm
@@ -346,14 +346,17 @@ def index_corpus(
             f"{report.indexed} documents are in {physical} — re-run the same command to resume"
         )
 
-    def settle(future: Future, size: int) -> None:
+    def outcome(future: Future) -> Any:
+        """The future's result; an engine that stays unreachable becomes :class:`IndexingError`."""
         try:
-            results = future.result()
+            return future.result()
         except Exception as exc:
             if engine.is_transient(exc):
                 raise unreachable(exc) from exc
             raise
-        for ok, item in results:
+
+    def settle(future: Future, size: int) -> None:
+        for ok, item in outcome(future):
             source, line, fields = pending.popleft()
             if ok:
                 report.indexed += 1
@@ -383,11 +386,7 @@ def index_corpus(
                 nonlocal setup, restore
                 if setup is not None:
                     try:
-                        restore = setup.result()
-                    except Exception as exc:
-                        if engine.is_transient(exc):
-                            raise unreachable(exc) from exc
-                        raise
+                        restore = outcome(setup)
                     finally:
                         setup = None
 

@@ -330,39 +330,39 @@ class TextMeasure:
         from the cut to be tokenized as in the whole text), so a 100 kB document costs what ``cap`` tokens
         cost.
         """
-        if not texts:
-            return []
         if self._tokenizer is None:
             return [self._capped(self._estimated_spans(t), cap) for t in texts]
-        out: list[tuple[list[tuple[int, int]], bool] | None] = [None] * len(texts)
+
+        def judge(text: str, prefix: str, enc: Any) -> tuple[list[tuple[int, int]], bool] | None:
+            spans = list(enc.offsets)
+            if len(prefix) == len(text):
+                return self._capped(spans, cap)
+            # a token ending well before the cut is the same token in the whole text
+            stable = [sp for sp in spans if sp[1] <= len(prefix) - 32]
+            return (stable[:cap], True) if len(stable) > cap else None
+
+        # CJK: one token per character; Latin text needs a longer prefix (grown)
+        return self._grow(texts, 2 * cap + 64, judge, lambda t: self._capped(self._estimated_spans(t), cap))
+
+    def _grow(self, texts: Sequence[str], chars: int, judge: Callable[[str, str, Any], Any], estimate: Callable[[str], Any]) -> list[Any]:
+        """``judge(text, prefix, encoding)`` per text on prefixes of ``chars`` characters, 4× longer for
+        those it answers ``None`` (too short to tell); ``estimate(text)`` where the tokenizer refuses one."""
+        out: list[Any] = [None] * len(texts)
         todo = list(range(len(texts)))
-        chars = 2 * cap + 64  # CJK: one token per character; Latin text needs a longer prefix (grown below)
         while todo:
             prefixes = [texts[i][:chars] for i in todo]
-            encoded = self._offsets(prefixes)
             retry = []
-            for i, prefix, spans in zip(todo, prefixes, encoded, strict=True):
-                if spans is None:  # the tokenizer refused this text
-                    out[i] = self._capped(self._estimated_spans(texts[i]), cap)
-                elif len(prefix) == len(texts[i]):
-                    out[i] = self._capped(spans, cap)
-                else:
-                    # a token ending well before the cut is the same token in the whole text
-                    stable = [sp for sp in spans if sp[1] <= len(prefix) - 32]
-                    if len(stable) > cap:
-                        out[i] = (stable[:cap], True)
-                    else:
-                        retry.append(i)
+            for i, prefix, enc in zip(todo, prefixes, self._encode(prefixes), strict=True):
+                out[i] = estimate(texts[i]) if enc is None else judge(texts[i], prefix, enc)
+                if out[i] is None:
+                    retry.append(i)
             todo = retry
             chars *= 4
-        return [o for o in out if o is not None]
+        return out
 
     @staticmethod
     def _capped(spans: list[tuple[int, int]], cap: int) -> tuple[list[tuple[int, int]], bool]:
         return spans[:cap], len(spans) > cap
-
-    def _offsets(self, texts: list[str]) -> list[list[tuple[int, int]] | None]:
-        return [None if enc is None else list(enc.offsets) for enc in self._encode(texts)]
 
     def _encode(self, texts: list[str]) -> list[Any]:
         """Rust ``Encoding`` per text (no special tokens); ``None`` where the tokenizer refuses a text."""
@@ -381,32 +381,21 @@ class TextMeasure:
 
         What :meth:`spans` says, without building every token's span: the cheap path for truncation.
         """
-        if not texts:
-            return []
         if self._tokenizer is None:
             return [self._cut_of(*self._capped(self._estimated_spans(t), cap)) for t in texts]
-        out: list[tuple[int, int, bool] | None] = [None] * len(texts)
-        todo = list(range(len(texts)))
+
+        def judge(text: str, prefix: str, enc: Any) -> tuple[int, int, bool] | None:
+            n = len(enc)
+            if len(prefix) == len(text):
+                k = min(n, cap)
+                return k, enc.token_to_chars(k - 1)[1] if k else 0, n > cap
+            if n > cap and enc.token_to_chars(cap)[1] <= len(prefix) - 32:
+                # token ``cap`` ends well before the cut, so the first ``cap`` are as in the whole text
+                return cap, enc.token_to_chars(cap - 1)[1], True
+            return None
+
         # CJK text needs about one character per token; Latin text (~4 per token) takes the retry
-        chars = cap + cap // 4 + 64
-        while todo:
-            prefixes = [texts[i][:chars] for i in todo]
-            retry = []
-            for i, prefix, enc in zip(todo, prefixes, self._encode(prefixes), strict=True):
-                n = 0 if enc is None else len(enc)
-                if enc is None:
-                    out[i] = self._cut_of(*self._capped(self._estimated_spans(texts[i]), cap))
-                elif len(prefix) == len(texts[i]):
-                    k = min(n, cap)
-                    out[i] = (k, enc.token_to_chars(k - 1)[1] if k else 0, n > cap)
-                elif n > cap and enc.token_to_chars(cap)[1] <= len(prefix) - 32:
-                    # token ``cap`` ends well before the cut, so the first ``cap`` are as in the whole text
-                    out[i] = (cap, enc.token_to_chars(cap - 1)[1], True)
-                else:
-                    retry.append(i)
-            todo = retry
-            chars *= 4
-        return [o for o in out if o is not None]
+        return self._grow(texts, cap + cap // 4 + 64, judge, lambda t: self._cut_of(*self._capped(self._estimated_spans(t), cap)))
 
     @staticmethod
     def _cut_of(spans: list[tuple[int, int]], more: bool) -> tuple[int, int, bool]:

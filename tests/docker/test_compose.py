@@ -235,7 +235,7 @@ def test_jingpai_healthchecks_hit_the_services_own_ports(compose: Compose) -> No
         assert (url.hostname, url.port, url.path) == ("127.0.0.1", int(svc["environment"]["JINGPAI_SERVE_PORT"]), "/health")
     gw = compose.services["gateway"]
     url = urlsplit(healthcheck_url(gw))
-    assert (url.hostname, url.port, url.path) == ("127.0.0.1", int(gw["environment"]["JINGPAI_GATEWAY_PORT"]), "/_jingpai/ui/")
+    assert (url.hostname, url.port, url.path) == ("127.0.0.1", int(gw["environment"]["JINGPAI_GATEWAY_PORT"]), "/_jingpai/health")
     for name, svc in compose.services.items():
         assert svc["healthcheck"]["retries"] >= 3 and svc["healthcheck"].get("start_period"), name
 

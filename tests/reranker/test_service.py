@@ -340,8 +340,8 @@ def test_app_puts_the_model_in_eval_mode_and_max_length_replaces_the_models(mode
 
 
 def test_settings_reject_bad_values_naming_the_field() -> None:
-    with pytest.raises(ValueError, match=r"dtype='int8' is not valid; expected one of auto, bf16, fp16, fp32"):
-        ServiceSettings(dtype="int8")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"dtype='int4' is not valid; expected one of auto, bf16, fp16, fp32, int8"):
+        ServiceSettings(dtype="int4")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"long_docs='split' is not valid; expected one of truncate, max-chunks"):
         ServiceSettings(long_docs="split")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_docs must be >= 1, got 0"):

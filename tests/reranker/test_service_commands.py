@@ -108,6 +108,6 @@ def test_serve_refuses_cuda_without_a_gpu(model_dir: Path) -> None:
 
 
 def test_serve_rejects_a_bad_dtype_from_the_environment(model_dir: Path) -> None:
-    result = CliRunner().invoke(cli, ["serve", "--model", str(model_dir)], env={"JINGPAI_SERVE_DTYPE": "int8"})
+    result = CliRunner().invoke(cli, ["serve", "--model", str(model_dir)], env={"JINGPAI_SERVE_DTYPE": "int4"})
     assert result.exit_code == 2
-    assert "Invalid value for '--dtype'" in result.output and "'int8' is not one of 'auto', 'bf16', 'fp16', 'fp32'" in result.output
+    assert "Invalid value for '--dtype'" in result.output and "'int4' is not one of 'auto', 'bf16', 'fp16', 'fp32', 'int8'" in result.output
