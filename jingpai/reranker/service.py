@@ -856,12 +856,14 @@ class RerankService:
         """Pairs to score, their padded lengths, and the document each pair belongs to."""
         m = self.measure
         budget = self.max_length - m.pair_overhead
-        q_len = m.lengths([query], cap=self.max_length)[0]
+        q_len = m.lengths([query])[0]  # whole (the query is at most max_query_chars long)
         # room for a document next to the query (longest-first truncation never cuts the query below
         # half the budget, so neither does chunking)
         room = max(budget - min(q_len, budget // 2), 1)
         stride = max(room - room // 8, 1)
-        doc_cap = self.max_length if doc_tokens is None else min(doc_tokens, self.max_length)
+        # a cut document must stay longer than the query whenever the whole one was: longest-first truncation
+        # gives the odd token to the longer side, so otherwise the pair would differ from the uncut one
+        doc_cap = max(self.max_length, q_len + 1) if doc_tokens is None else min(doc_tokens, self.max_length)
         if chunks > 1:
             doc_cap = max(doc_cap, room + stride * (chunks - 1))
         if doc_tokens is not None:

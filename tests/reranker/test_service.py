@@ -385,3 +385,19 @@ def test_bf16_autocast_on_cpu_keeps_the_ranking_close(model: Reranker) -> None:
     got = {rec["index"]: rec["score"] for rec in r.json()}
     direct = model.predict([(QUERY, d) for d in DOCS])
     assert max(abs(got[i] - direct[i]) for i in range(len(DOCS))) < 0.05
+
+
+def test_cut_long_documents_tokenize_like_whole_ones_when_the_query_is_long(model: Reranker) -> None:
+    # the service cuts a long document to about max_length tokens before the model tokenizes the pair;
+    # with a query longer than that, longest-first truncation must still keep exactly the tokens it keeps
+    # from the whole document (the odd token goes to the longer side)
+    from jingpai.reranker.service import RerankService, ServiceMetrics
+
+    service = RerankService(model, fp32(warmup=False), ServiceMetrics())
+    query = ("影响中国经济增长的因素有哪些以及这些因素如何变化" * 4)[:70]  # 70 tokens > max_length 64
+    docs = [("中国GDP增长的主要因素包括投资消费和出口" * 30)[:n] for n in (60, 64, 65, 66, 67, 68, 71, 72, 73, 400)]
+    pairs, _, owner = service._prepare(query, docs, truncate=True, chunks=1, doc_tokens=None, docs_field="texts")
+    assert owner == list(range(len(docs))) and any(len(d) < len(docs[i]) for i, (_, d) in enumerate(pairs))
+    cut = model.featurize(pairs)["input_ids"]
+    whole = model.featurize([(query, d) for d in docs])["input_ids"]
+    assert torch.equal(cut, whole)
