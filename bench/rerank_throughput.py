@@ -127,16 +127,21 @@ def sized_checkpoint(ckpt: Path, size: str, directory: Path) -> Path:
 REPEATS = 1
 
 
+def best_of(run: Callable[[], tuple]) -> tuple:
+    """The result with the lowest first element (seconds) of ``REPEATS`` calls: a shared machine's load
+    only ever slows a run down."""
+    return min((run() for _ in range(REPEATS)), key=lambda r: r[0])
+
+
 def timed(fn: Callable[[], object]) -> tuple[float, object]:
-    """Best wall time of ``REPEATS`` runs (a shared machine's load only ever slows a run down) and its result."""
-    best, out = float("inf"), None
-    for _ in range(REPEATS):
+    """Best wall time of ``REPEATS`` runs of ``fn`` and that run's result."""
+
+    def once() -> tuple[float, object]:
         t0 = time.perf_counter()
-        result = fn()
-        seconds = time.perf_counter() - t0
-        if seconds < best:
-            best, out = seconds, result
-    return best, out
+        out = fn()
+        return time.perf_counter() - t0, out
+
+    return best_of(once)
 
 
 # ---------------------------------------------------------------------------------------------- rows
@@ -258,11 +263,6 @@ class HttpServer:
                 return await _closed_loop(_poster(c), requests, concurrency)
 
         return asyncio.run(go())
-
-
-def best_of(run: Callable[[], tuple]) -> tuple:
-    """The result with the lowest first element (seconds) of ``REPEATS`` calls."""
-    return min((run() for _ in range(REPEATS)), key=lambda r: r[0])
 
 
 def percentile(values: Sequence[float], q: float) -> float:
