@@ -57,6 +57,21 @@ def parse_config(items: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
+def use_vectors_for(model_name: str, config: dict[str, Any], pairs: list) -> dict:
+    """USE-table word vectors for the words of ``pairs`` at the model's ``embedding_dim``."""
+    from jingpai.reranker import registry
+    from jingpai.reranker.use_backbone import word_vectors
+    from jingpai.reranker.wordvocab import WordTokenizer
+
+    cls = registry.get(model_name)
+    if "embedding_dim" not in cls.config_class.__dataclass_fields__:
+        raise click.UsageError(f"--init-embeddings use is for word-level models (hcan, iasm), not {model_name!r}")
+    dim = int(config.get("embedding_dim", cls.config_class.__dataclass_fields__["embedding_dim"].default))
+    tokenizer = WordTokenizer()
+    words = {w for p in pairs for text in (p.query, p.document) for w in tokenizer.cut(text)}
+    return word_vectors(sorted(words), dim=dim)
+
+
 def _model_names() -> list[str]:
     from jingpai.reranker import registry
 
@@ -70,7 +85,12 @@ def _model_names() -> list[str]:
 @click.option("--train", "train_paths", multiple=True, required=True, type=click.Path(exists=True, path_type=Path),
               help="Training data file or folder (repeatable).")
 @click.option("--dev", "dev_path", type=click.Path(exists=True, path_type=Path), default=None,
-              help="Dev data for model selection and early stopping.")
+              help="Dev data for model selection and early stopping (never a split you report on).")
+@click.option("--holdout", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=None,
+              help="Without --dev: hold out this share of the training queries for model selection (e.g. 0.02).")
+@click.option("--entity-negatives", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="Add entity-replacement negatives (a keyword of the matching side swapped for another word of its "
+                   "dictionary domain) for this share of the positive training pairs; needs --dictionary.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True, help="Data format.")
 @click.option("--label-mode", type=click.Choice(LABEL_MODES), default="raw", show_default=True,
               help="raw labels, binary (top bucket), or levels3 (0-1 / 2-3 / 4-5 on the 0-5 scale).")
@@ -80,6 +100,9 @@ def _model_names() -> list[str]:
 @click.option("--dictionary", "dict_dir", type=click.Path(exists=True, file_okay=False), default=None,
               help="Keyword dictionary folder (kwbert).")
 @click.option("--vectors", type=click.Path(exists=True, dir_okay=False), default=None, help="Word vectors (hcan, iasm).")
+@click.option("--init-embeddings", type=click.Choice(["random", "use"]), default="random", show_default=True,
+              help="Word-level models (hcan, iasm): start word vectors from the USE-multilingual piece table (mean of a "
+                   "word's pieces, projected to embedding_dim) instead of random.")
 @click.option("--topic-epochs", type=click.IntRange(min=0), default=0, show_default=True,
               help="Pre-train the topic model for this many epochs first (tita).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Read at most this many pairs per file.")
@@ -93,18 +116,21 @@ def _model_names() -> list[str]:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--max-steps", type=click.IntRange(min=1), default=None, help="Stop after this many optimizer steps.")
 @click.option("--eval-every", type=click.IntRange(min=1), default=None, help="Evaluate every N steps (default: each epoch).")
-@click.option("--metric", type=click.Choice(DEV_METRICS), default="MAP", show_default=True, help="Dev metric to select on.")
+@click.option("--metric", type=click.Choice(DEV_METRICS), default="auto", show_default=True,
+              help="Dev metric to select on (auto: MAP for ranking data, AUC for pair data).")
 @click.option("--patience", type=click.IntRange(min=0), default=2, show_default=True,
               help="Evaluations without improvement before stopping (0: never stop early).")
 @click.option("--relevant-min", type=float, default=1.0, show_default=True, help="Labels >= this are relevant.")
 @click.option("--device", default=None, help="Torch device (default: CUDA when available).")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def train(model_name, base, train_paths, dev_path, fmt, label_mode, out_dir, config_items, dict_dir, vectors, topic_epochs,
+def train(model_name, base, train_paths, dev_path, holdout, entity_negatives, fmt, label_mode, out_dir, config_items, dict_dir, vectors,
+          init_embeddings, topic_epochs,
           limit, epochs, batch_size, grad_accum, lr, weight_decay, warmup_ratio, bf16, seed, max_steps, eval_every,
           metric, patience, relevant_min, device, no_progress) -> None:
     """Train a reranking model on labelled pairs and save the best one to --out."""
+    from jingpai.reranker.data import holdout as split_holdout
     from jingpai.reranker.data import read_many, read_pairs
-    from jingpai.reranker.evaluate import to_markdown
+    from jingpai.reranker.evaluate import class_balance_warning, to_markdown
     from jingpai.reranker.train import TrainSettings, build_model, seed_everything
     from jingpai.reranker.train import train as run_training
 
@@ -112,7 +138,11 @@ def train(model_name, base, train_paths, dev_path, fmt, label_mode, out_dir, con
     if base.lower() != "none":
         config["base"] = base
     if dict_dir is not None:
-        config["dictionary"] = dict_dir
+        from jingpai.reranker import registry
+
+        # keyword models keep the dictionary; for the others it only feeds --entity-negatives
+        if "dictionary" in registry.get(model_name).config_class.__dataclass_fields__:
+            config["dictionary"] = dict_dir
     try:
         settings = TrainSettings(
             epochs=epochs, batch_size=batch_size, grad_accum=grad_accum, lr=lr, weight_decay=weight_decay,
@@ -121,6 +151,21 @@ def train(model_name, base, train_paths, dev_path, fmt, label_mode, out_dir, con
         )
         train_pairs = read_many(train_paths, format=fmt, label_mode=label_mode, limit=limit)
         dev_pairs = read_pairs(dev_path, format=fmt, label_mode=label_mode, limit=limit) if dev_path else None
+        if holdout is not None:
+            if dev_pairs is not None:
+                raise click.UsageError("--holdout and --dev both choose the selection data; pass one of them")
+            train_pairs, dev_pairs = split_holdout(train_pairs, holdout, seed=seed)
+        if entity_negatives > 0:
+            if dict_dir is None:
+                raise click.UsageError("--entity-negatives needs --dictionary (the domains words are swapped within)")
+            from jingpai.keyword_dict import Dictionary
+            from jingpai.reranker.negatives import entity_negatives as make_entity_negatives
+
+            train_pairs = train_pairs + make_entity_negatives(train_pairs, Dictionary.load(dict_dir), ratio=entity_negatives, seed=seed)
+        if init_embeddings == "use":
+            if vectors is not None:
+                raise click.UsageError("--init-embeddings use and --vectors both set the word vectors; pass one of them")
+            vectors = use_vectors_for(model_name, config, train_pairs)
         seed_everything(seed)
         model = build_model(model_name, config, train_pairs, device=device, vectors=vectors)
         if topic_epochs:
@@ -133,7 +178,10 @@ def train(model_name, base, train_paths, dev_path, fmt, label_mode, out_dir, con
     click.echo(f"saved {model_name} to {result.out_dir} (step {result.best_step} of {result.steps})")
     if result.history:
         best = next(h for h in result.history if h["step"] == result.best_step and h["improved"])
-        click.echo(to_markdown(best["metrics"], title=f"dev metrics at step {result.best_step}"))
+        click.echo(to_markdown(best["metrics"], title=f"dev metrics at step {result.best_step} (selected on {best['metric']})"))
+        warning = class_balance_warning(best["metrics"])
+        if warning:
+            click.echo(f"WARNING: {warning}", err=True)
 
 
 @click.command()

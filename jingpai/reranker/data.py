@@ -5,13 +5,17 @@ Formats (``format=``):
 - ``pairs``: TSV ``s1<TAB>s2<TAB>label`` (AFQMC, LCQMC, OPPO).
 - ``pawsx``: TSV with a header line, ``id<TAB>s1<TAB>s2<TAB>label`` (PAWS-X); the id becomes ``docid``.
 - ``stsb``: TSV ``s1<TAB>s2<TAB>score`` with graded scores 0-5 (Chinese STS-B).
+- ``nli``: TSV ``premise<TAB>hypothesis<TAB>label`` with labels ``entailment`` / ``neutral`` /
+  ``contradiction`` (CMNLI, CSNLI, OCNLI, CINLID): entailment → 1 (match), contradiction → 0; neutral pairs
+  are neither and are skipped (their count is logged).
 - ``sohu``: JSONL ``{"sentence1", "sentence2", "label"}`` with labels 0/3/5 (SOHU 2021).
 - ``qa``: a TrecQA/WikiQA folder: ``a.toks`` (question), ``b.toks`` (candidate), ``sim.txt`` (0/1) and
   ``id.txt`` (``qid`` alone, or ``qid 0 docid rel``), one line per pair.
 - ``microblog``: a TREC Microblog folder, same files with ``id.txt`` as TREC run lines
   ``qid Q0 tweetid rank score tag``.
 - ``auto``: picked from the path (folder → ``qa``/``microblog`` by the shape of ``id.txt``;
-  ``.jsonl`` → ``sohu``; a TSV whose first line is a ``id sentence1 …`` header → ``pawsx``; otherwise
+  ``.jsonl`` → ``sohu``; a TSV whose first line is a ``id sentence1 …`` header → ``pawsx``; one whose third
+  column is an NLI label word → ``nli``; otherwise
   ``pairs``, or ``stsb`` when a label is a score above 1).
 
 Labels (``label_mode=``): ``raw`` keeps the value; ``levels3`` buckets graded scores on the 0-5 scale
@@ -30,21 +34,24 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Iterator
+import random
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
 logger = logging.getLogger(__name__)
 
-DataFormat = Literal["auto", "pairs", "pawsx", "stsb", "sohu", "qa", "microblog"]
+DataFormat = Literal["auto", "pairs", "pawsx", "stsb", "nli", "sohu", "qa", "microblog"]
 LabelMode = Literal["raw", "binary", "levels3"]
 FORMATS: tuple[str, ...] = get_args(DataFormat)
 LABEL_MODES: tuple[str, ...] = get_args(LabelMode)
 
 #: largest label value per format (binary formats: 1; graded: 5)
-SCALE: dict[str, float] = {"pairs": 1.0, "pawsx": 1.0, "stsb": 5.0, "sohu": 5.0, "qa": 1.0, "microblog": 1.0}
+SCALE: dict[str, float] = {"pairs": 1.0, "pawsx": 1.0, "stsb": 5.0, "nli": 1.0, "sohu": 5.0, "qa": 1.0, "microblog": 1.0}
 QA_FILES = ("a.toks", "b.toks", "sim.txt", "id.txt")
+#: NLI label word → match label (``None``: not a matching pair, skipped)
+NLI_LABELS: dict[str, float | None] = {"entailment": 1.0, "contradiction": 0.0, "neutral": None}
 
 
 class DataFormatError(ValueError):
@@ -119,6 +126,27 @@ def _read_tsv(path: Path, fmt: str) -> Iterator[tuple[str, str, float, str | Non
         yield s1, s2, _number(label, where, "label"), docid
 
 
+def _read_nli(path: Path) -> Iterator[tuple[str, str, float, str | None]]:
+    skipped = 0
+    for number, line in _lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        parts = line.split("\t")
+        if len(parts) != 3:
+            raise DataFormatError(f"{where}: expected 3 tab-separated columns (premise, hypothesis, label), found {len(parts)}")
+        word = parts[2].strip().lower()
+        if word not in NLI_LABELS:
+            raise DataFormatError(f"{where}: NLI label must be one of {', '.join(NLI_LABELS)}, got {parts[2]!r}")
+        label = NLI_LABELS[word]
+        if label is None:
+            skipped += 1
+            continue
+        yield parts[0], parts[1], label, None
+    if skipped:
+        logger.info("%s: skipped %d neutral NLI pairs (neither match nor mismatch)", path, skipped)
+
+
 def _read_sohu(path: Path) -> Iterator[tuple[str, str, float, str | None]]:
     for number, line in _lines(path):
         where = f"{path}:{number}"
@@ -186,6 +214,8 @@ def detect_format(path: str | Path) -> str:
         head = [line.rstrip("\r\n") for _, line in zip(range(200), fh, strict=False)]
     if head and head[0].lower().startswith("id\t"):
         return "pawsx"
+    if head and all(line.split("\t")[-1].strip().lower() in NLI_LABELS for line in head if line.strip()):
+        return "nli"
     for line in head:
         parts = line.split("\t")
         try:
@@ -230,7 +260,7 @@ def read_pairs(
     else:
         if not p.is_file():
             raise DataFormatError(f"{p}: format {fmt!r} expects a file, and none exists there")
-        plain = _read_sohu(p) if fmt == "sohu" else _read_tsv(p, fmt)
+        plain = _read_sohu(p) if fmt == "sohu" else _read_nli(p) if fmt == "nli" else _read_tsv(p, fmt)
         rows = ((s1, s2, label, None, docid) for s1, s2, label, docid in plain)
     scale = SCALE[fmt]
     out: list[LabeledPair] = []
@@ -258,6 +288,26 @@ def read_many(
     return out
 
 
+def holdout(pairs: Sequence[LabeledPair], fraction: float, *, seed: int = 0) -> tuple[list[LabeledPair], list[LabeledPair]]:
+    """Split ``pairs`` into ``(train, held out)`` for model selection, by query: every pair of a held-out
+    query text is held out, so a selected model never saw the held-out queries.
+
+    Raises:
+        DataFormatError: ``fraction`` is not in (0, 1), or the split leaves one side empty.
+    """
+    if not 0.0 < fraction < 1.0:
+        raise DataFormatError(f"holdout fraction must be in (0, 1), got {fraction}")
+    queries = sorted({p.query for p in pairs})
+    rng = random.Random(seed)
+    held_queries = set(rng.sample(queries, max(1, round(len(queries) * fraction)))) if queries else set()
+    train = [p for p in pairs if p.query not in held_queries]
+    held = [p for p in pairs if p.query in held_queries]
+    if not train or not held:
+        raise DataFormatError(f"holdout {fraction} of {len(pairs)} pairs ({len(queries)} queries) leaves an empty side; use more data or another fraction")
+    logger.info("held out %d of %d pairs (%d queries) for model selection", len(held), len(pairs), len(held_queries))
+    return train, held
+
+
 def write_pairs(pairs: Iterable[LabeledPair], path: str | Path) -> Path:
     """Write pairs as a ``pairs`` TSV (``query<TAB>document<TAB>label``); tabs/newlines in text become spaces."""
     p = Path(path)
@@ -282,6 +332,7 @@ __all__ = [
     "bucket3",
     "convert_label",
     "detect_format",
+    "holdout",
     "read_many",
     "read_pairs",
     "write_pairs",

@@ -60,6 +60,34 @@ def default_threshold(model: Reranker) -> float:
     return 0.0 if model.num_labels == 1 else 0.5
 
 
+def roc_auc(scores: np.ndarray, positive: np.ndarray) -> float:
+    """Area under the ROC curve: the chance a random positive scores above a random negative (ties ½).
+
+    NaN when one class is absent.
+
+    >>> roc_auc(np.array([0.9, 0.2, 0.6, 0.1]), np.array([True, False, True, False]))
+    1.0
+    """
+    from scipy.stats import rankdata
+
+    n_pos = int(positive.sum())
+    n_neg = len(positive) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    ranks = rankdata(scores)  # average ranks: ties count ½
+    return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def class_balance_warning(metrics: dict[str, float], *, floor: float = 0.10) -> str | None:
+    """A warning when a class is (nearly) never predicted: accuracy alone hides a collapsed model."""
+    for name, label in (("accuracy_pos", "positive"), ("accuracy_neg", "negative")):
+        value = metrics.get(name, float("nan"))
+        if value == value and value < floor:  # NaN: class absent
+            return (f"per-class accuracy of the {label} class is {value:.3f} (< {floor:.2f}): the model (nearly) never predicts it; "
+                    f"accuracy {metrics.get('accuracy', float('nan')):.3f} is not a sign of quality")
+    return None
+
+
 def evaluate_scores(
     pairs: Sequence[LabeledPair],
     scores: Sequence[float] | np.ndarray,
@@ -79,7 +107,7 @@ def evaluate_scores(
         cutoffs: k for P@k.
 
     Returns:
-        ``accuracy``, ``accuracy_pos``, ``accuracy_neg``, ``MAP``, ``MRR``, ``nDCG@10``, ``P@k``…,
+        ``accuracy``, ``accuracy_pos``, ``accuracy_neg`` (per class), ``F1``, ``AUC``, ``MAP``, ``MRR``, ``nDCG@10``, ``P@k``…,
         ``pairs``, ``queries`` (with a relevant item) and ``skipped_queries`` (without).
 
     Raises:
@@ -98,6 +126,9 @@ def evaluate_scores(
     result: dict[str, float] = {"accuracy": float((predicted == gold).mean())}
     result["accuracy_pos"] = float(predicted[gold].mean()) if gold.any() else float("nan")
     result["accuracy_neg"] = float((~predicted[~gold]).mean()) if (~gold).any() else float("nan")
+    true_pos = float((predicted & gold).sum())
+    result["F1"] = 2 * true_pos / float(predicted.sum() + gold.sum()) if (predicted.sum() + gold.sum()) else float("nan")
+    result["AUC"] = roc_auc(values, gold)
 
     groups: dict[str, list[int]] = defaultdict(list)
     for i, pair in enumerate(pairs):
@@ -185,4 +216,4 @@ def to_markdown(metrics: dict[str, float], *, title: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["EvaluationError", "default_threshold", "evaluate_model", "evaluate_run", "evaluate_scores", "to_markdown"]
+__all__ = ["EvaluationError", "class_balance_warning", "default_threshold", "roc_auc", "evaluate_model", "evaluate_run", "evaluate_scores", "to_markdown"]

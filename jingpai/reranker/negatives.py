@@ -170,6 +170,33 @@ def replace_entity(
     return text.replace(word, new, 1), word, new
 
 
+def entity_negatives(
+    pairs: Sequence[LabeledPair], dictionary: Dictionary, *, ratio: float = 0.5, seed: int = 0, top_k_keywords: int = 10,
+) -> list[LabeledPair]:
+    """Entity-replacement negatives for training (the paper's replacement step, without an engine).
+
+    For a share ``ratio`` of the positive pairs ``(q, d)``, one keyword of ``d`` is swapped for another
+    word of its dictionary domain (中国 → 美国) and ``(q, d')`` becomes a label-0 pair: it looks like the
+    match but names something else, the case keyword attention exists for.
+    """
+    if not 0.0 <= ratio <= 1.0:
+        raise NegativeSamplingError(f"entity-negative ratio must be in [0, 1], got {ratio}")
+    from jingpai.keyword_dict import Segmenter
+
+    segmenter = Segmenter(dictionary)
+    rng = random.Random(seed)
+    out: list[LabeledPair] = []
+    positives = [p for p in pairs if p.label > 0]
+    for pair in positives:
+        if rng.random() >= ratio:
+            continue
+        swapped = replace_entity(pair.document, _keywords(pair.document, dictionary, segmenter, top_k_keywords), dictionary, rng)
+        if swapped is not None and swapped[0] != pair.query:
+            out.append(LabeledPair(pair.query, swapped[0], 0.0))
+    logger.info("made %d entity-replacement negatives from %d positive pairs", len(out), len(positives))
+    return out
+
+
 def sample_negatives(
     queries: Sequence[str],
     *,
@@ -283,6 +310,7 @@ __all__ = [
     "NegativeSamplingError",
     "NegativeSettings",
     "augmented_query",
+    "entity_negatives",
     "index_texts",
     "keyword_overlap",
     "replace_entity",

@@ -19,6 +19,8 @@ ARCHITECTURES: dict[str, str] = {
     "tita": "jingpai.reranker.models.tita:TitaReranker",
     "hcan": "jingpai.reranker.models.hcan:HcanReranker",
     "iasm": "jingpai.reranker.models.iasm:IasmReranker",
+    "use-bi": "jingpai.reranker.models.use_bi:UseBiEncoderReranker",
+    "use-kw": "jingpai.reranker.models.use_kw:UseKeywordReranker",
 }
 
 

@@ -28,11 +28,11 @@ from tqdm.auto import tqdm
 
 from jingpai.reranker.base import Reranker
 from jingpai.reranker.data import LabeledPair
-from jingpai.reranker.evaluate import evaluate_model
+from jingpai.reranker.evaluate import class_balance_warning, evaluate_model
 
 logger = logging.getLogger(__name__)
 
-DevMetric = Literal["MAP", "MRR", "nDCG@10", "P@1", "accuracy", "loss"]
+DevMetric = Literal["auto", "AUC", "F1", "accuracy", "MAP", "MRR", "nDCG@10", "P@1", "loss"]
 DEV_METRICS: tuple[str, ...] = get_args(DevMetric)
 LOG_FILE = "train_log.jsonl"
 SETTINGS_FILE = "train_settings.json"
@@ -59,6 +59,8 @@ class TrainSettings:
         max_steps: stop after this many optimizer steps (``None``: run all epochs).
         eval_every: evaluate on dev every this many optimizer steps (``None``: after each epoch).
         metric: dev metric to select the best model on (``loss`` is minimised, the rest maximised).
+            ``auto`` picks by the dev data's shape (:func:`pick_metric`): MAP where queries have several
+            candidates, AUC on pair data (one candidate per query), where MAP is ~1 for any model.
         patience: stop after this many evaluations without improvement (``None``: never stop early).
         relevant_min: labels ``>=`` this count as relevant in dev metrics.
         eval_batch_size: batch size for dev scoring.
@@ -77,7 +79,7 @@ class TrainSettings:
     seed: int = 0
     max_steps: int | None = None
     eval_every: int | None = None
-    metric: DevMetric = "MAP"
+    metric: DevMetric = "auto"
     patience: int | None = 2
     relevant_min: float = 1.0
     eval_batch_size: int = 64
@@ -128,16 +130,34 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _param_groups(net: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    decay, no_decay = [], []
-    for name, param in net.named_parameters():
+def _param_groups(model: Reranker, weight_decay: float, lr: float) -> list[dict[str, Any]]:
+    """AdamW groups: no decay on biases and norms; a model with a pretrained part (``lr_scale(name)``,
+    e.g. the USE encoder under new layers) gets that part at a scaled learning rate."""
+    lr_scale = getattr(model, "lr_scale", None)
+    groups: dict[tuple[bool, float], list[torch.nn.Parameter]] = {}
+    for name, param in model.net.named_parameters():
         if not param.requires_grad:
             continue
-        (no_decay if param.ndim < 2 or "LayerNorm" in name or name.endswith(".bias") else decay).append(param)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+        no_decay = param.ndim < 2 or "LayerNorm" in name or name.endswith(".bias")
+        scale = float(lr_scale(name)) if lr_scale is not None else 1.0
+        groups.setdefault((no_decay, scale), []).append(param)
+    return [{"params": params, "weight_decay": 0.0 if no_decay else weight_decay, "lr": lr * scale}
+            for (no_decay, scale), params in groups.items()]
 
 
 @torch.no_grad()
+def pick_metric(pairs: Sequence[LabeledPair], *, relevant_min: float = 1.0) -> str:
+    """The dev metric that fits ``pairs``: ``MAP`` when the queries with a relevant candidate have on
+    average at least two candidates (a ranking set), else ``AUC`` (pair data: each query's one candidate
+    is trivially ranked first, so MAP would reward calling every pair a match)."""
+    from collections import Counter
+
+    counts = Counter(p.qid if p.qid is not None else p.query for p in pairs)
+    relevant = {p.qid if p.qid is not None else p.query for p in pairs if p.label >= relevant_min}
+    sizes = [counts[q] for q in relevant]
+    return "MAP" if sizes and sum(sizes) / len(sizes) >= 2 else "AUC"
+
+
 def dev_loss(model: Reranker, pairs: Sequence[LabeledPair], *, batch_size: int, bf16: bool) -> float:
     """Mean training loss over ``pairs`` in eval mode."""
     model.net.eval()
@@ -158,7 +178,7 @@ def build_model(
     train_pairs: Sequence[LabeledPair],
     *,
     device: str | None = None,
-    vectors: str | Path | None = None,
+    vectors: str | Path | dict[str, np.ndarray] | None = None,
 ) -> Reranker:
     """A new, untrained model of architecture ``name`` ready for :func:`train`.
 
@@ -246,7 +266,7 @@ def train(
         total_steps = min(total_steps, settings.max_steps)
     warmup = int(total_steps * settings.warmup_ratio)
 
-    optimizer = torch.optim.AdamW(_param_groups(model.net, settings.weight_decay), lr=settings.lr)
+    optimizer = torch.optim.AdamW(_param_groups(model, settings.weight_decay, settings.lr), lr=settings.lr)
 
     def schedule(step: int) -> float:
         if step < warmup:
@@ -256,7 +276,11 @@ def train(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
     if dev_pairs is None:
         logger.warning("no dev data: early stopping is off and the last model is kept")
-    maximise = settings.metric != "loss"
+    metric = settings.metric
+    if metric == "auto":
+        metric = pick_metric(dev_pairs, relevant_min=settings.relevant_min) if dev_pairs else "loss"
+        logger.info("dev metric: %s (picked from the dev data's shape; --metric overrides)", metric)
+    maximise = metric != "loss"
     best: float | None = None
     best_step = 0
     history: list[dict[str, Any]] = []
@@ -273,16 +297,19 @@ def train(
         if dev_pairs is None:
             return
         started = time.perf_counter()
-        if settings.metric == "loss":
+        if metric == "loss":
             metrics = {"loss": dev_loss(model, dev_pairs, batch_size=settings.eval_batch_size, bf16=settings.bf16)}
         else:
             metrics = evaluate_model(model, dev_pairs, batch_size=settings.eval_batch_size, relevant_min=settings.relevant_min)
-        value = metrics[settings.metric]
+            warning = class_balance_warning(metrics)
+            if warning:
+                logger.warning("step %d: %s", step, warning)
+        value = metrics[metric]
         if math.isnan(value):
-            logger.warning("dev %s is NaN at step %d (e.g. no query with a relevant item); treating it as worst", settings.metric, step)
+            logger.warning("dev %s is NaN at step %d (e.g. no query with a relevant item); treating it as worst", metric, step)
             value = -math.inf if maximise else math.inf
         improved = best is None or (value > best if maximise else value < best)
-        record = {"event": "eval", "step": step, "epoch": epoch, "metrics": metrics, "improved": improved,
+        record = {"event": "eval", "step": step, "epoch": epoch, "metric": metric, "metrics": metrics, "improved": improved,
                   "seconds": round(time.perf_counter() - started, 3)}
         history.append(record)
         emit(record)
@@ -292,10 +319,10 @@ def train(
         else:
             bad_rounds += 1
             if settings.patience is not None and bad_rounds >= settings.patience:
-                logger.info("early stop at step %d: dev %s did not improve for %d evaluations", step, settings.metric, bad_rounds)
+                logger.info("early stop at step %d: dev %s did not improve for %d evaluations", step, metric, bad_rounds)
                 emit({"event": "early_stop", "step": step, "best_step": best_step})
                 stop = True
-        bar.set_postfix({settings.metric: f"{value:.4f}"})
+        bar.set_postfix({metric: f"{value:.4f}"})
 
     try:
         for epoch in range(settings.epochs):
@@ -353,4 +380,4 @@ def train(
     return TrainResult(best_model, out, best, best_step, step, history)
 
 
-__all__ = ["DEV_METRICS", "TrainResult", "TrainSettings", "TrainingError", "build_model", "seed_everything", "train"]
+__all__ = ["DEV_METRICS", "TrainResult", "TrainSettings", "TrainingError", "build_model", "pick_metric", "seed_everything", "train"]

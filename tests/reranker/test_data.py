@@ -111,9 +111,33 @@ def test_bad_qa_folders(tmp_path: Path) -> None:
 
 
 def test_unknown_format_and_missing_path(tmp_path: Path) -> None:
-    with pytest.raises(DataFormatError, match="unknown data format 'csv'; expected one of auto, pairs, pawsx, stsb, sohu, qa, microblog"):
+    with pytest.raises(DataFormatError, match="unknown data format 'csv'; expected one of auto, pairs, pawsx, stsb, nli, sohu, qa, microblog"):
         read_pairs(tmp_path, format="csv")  # type: ignore[arg-type]
     with pytest.raises(DataFormatError, match="unknown label mode 'x'; expected one of raw, binary, levels3"):
         read_pairs(tmp_path, label_mode="x")  # type: ignore[arg-type]
     with pytest.raises(DataFormatError, match=f"{tmp_path / 'nope.tsv'} does not exist"):
         read_pairs(tmp_path / "nope.tsv")
+
+
+def test_nli_entailment_is_a_match_contradiction_not_and_neutral_is_skipped(shared_data: Path, tmp_path: Path) -> None:
+    path = shared_data / "zh/nli/ocnli-dev.tsv"
+    assert detect_format(path) == "nli"
+    pairs = read_pairs(path)
+    assert len(pairs) == 947 + 900 and {p.label for p in pairs} == {0.0, 1.0}
+    assert pairs[0] == LabeledPair("身上裹一件工厂发的棉大衣,手插在袖筒里", "身上至少一件衣服", 1.0)
+    bad = tmp_path / "bad.tsv"
+    bad.write_text("前提\t假设\tentailment\n前提\t假设\tmaybe\n", encoding="utf-8")
+    with pytest.raises(DataFormatError, match=r"bad.tsv:2: NLI label must be one of entailment, contradiction, neutral, got 'maybe'"):
+        read_pairs(bad, format="nli")
+
+
+def test_holdout_splits_by_query_and_is_seeded() -> None:
+    from jingpai.reranker.data import holdout
+
+    pairs = [LabeledPair(f"q{i % 50}", f"d{i}", float(i % 2)) for i in range(500)]
+    train, held = holdout(pairs, 0.1, seed=3)
+    assert len(train) + len(held) == 500
+    assert {p.query for p in held}.isdisjoint({p.query for p in train}) and len({p.query for p in held}) == 5
+    assert holdout(pairs, 0.1, seed=3) == (train, held)
+    with pytest.raises(DataFormatError, match="holdout fraction must be in \\(0, 1\\), got 1.5"):
+        holdout(pairs, 1.5)

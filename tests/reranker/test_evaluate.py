@@ -92,3 +92,17 @@ def test_evaluate_model_on_real_trecqa_slice(tiny_bert_dir: Path, shared_data: P
     assert metrics == evaluate_scores(pairs, scores, threshold=0.0)
     assert 0 < metrics["queries"] <= len({p.qid for p in pairs})
     assert 0.0 <= metrics["MAP"] <= 1.0
+
+
+def test_auc_f1_and_a_collapsed_model_warning() -> None:
+    from jingpai.reranker.evaluate import class_balance_warning, roc_auc
+
+    pairs = [LabeledPair(f"q{i}", "d", float(label)) for i, label in enumerate([1, 1, 0, 0, 1, 0])]
+    m = evaluate_scores(pairs, [0.9, 0.8, 0.7, 0.1, 0.3, 0.2])
+    assert m["AUC"] == pytest.approx(8 / 9)  # 8 of the 9 positive-negative pairs are ordered right
+    assert m["F1"] == pytest.approx(2 * 2 / (3 + 3))  # predicted {0.9, 0.8, 0.7}: 2 true positives
+    assert class_balance_warning(m) is None
+    collapsed = evaluate_scores(pairs, [0.9] * 6)  # calls every pair a match
+    assert collapsed["accuracy_neg"] == 0.0 and collapsed["AUC"] == 0.5
+    assert "negative class is 0.000" in class_balance_warning(collapsed)
+    assert math.isnan(roc_auc(np.array([0.1, 0.2]), np.array([True, True])))

