@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from jingpai.plugin.settings import GATEWAY_MODES, GatewayConfigError, GatewaySettings, load_config_file
+from jingpai.reranker.fusion import FUSION_MODES
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +39,9 @@ _OPTION_FIELDS: dict[str, str] = {
     "keywords_top_k": "keywords_top_k",
     "engine_timeout_s": "engine_timeout_s",
     "meta_ttl_s": "meta_ttl_s",
+    "fusion": "fusion",
+    "fusion_weight": "fusion_weight",
+    "rrf_k": "rrf_k",
 }
 
 
@@ -77,14 +81,15 @@ def build_settings(ctx: click.Context, values: dict[str, Any], config: Path | No
               help="TOML/JSON file of GatewaySettings fields (CLI and env win).")
 @click.option("--mode", envvar=f"{ENV}MODE", type=click.Choice(GATEWAY_MODES), default="rerank", show_default=True,
               help="Default behaviour; ?jingpai=off|augment|rerank overrides it per request.")
-@click.option("--window", envvar=f"{ENV}WINDOW", type=int, default=50, show_default=True, help="Hits reranked (at least from+size).")
+@click.option("--window", envvar=f"{ENV}WINDOW", type=int, default=GatewaySettings.window, show_default=True,
+              help="Top engine hits reranked; pages past them continue in the engine's order.")
 @click.option("--max-window", envvar=f"{ENV}MAX_WINDOW", type=int, default=500, show_default=True,
               help="Requests with from+size beyond this are not reranked.")
 @click.option("--rerank-fields", envvar=f"{ENV}RERANK_FIELDS", metavar="F1,F2",
               help="Document fields sent to the reranker (default: the index's text fields).")
 @click.option("--doc-chars", envvar=f"{ENV}DOC_CHARS", type=int, default=512, show_default=True, help="Characters of each document sent.")
-@click.option("--timeout-ms", envvar=f"{ENV}TIMEOUT_MS", type=int, default=300, show_default=True,
-              help="Reranker timeout; on timeout the engine order is served.")
+@click.option("--timeout-ms", envvar=f"{ENV}TIMEOUT_MS", type=int, default=GatewaySettings.timeout_ms, show_default=True,
+              help="Reranker timeout; on timeout the engine order is served (reason reranker_timeout).")
 @click.option("--breaker-failures", envvar=f"{ENV}BREAKER_FAILURES", type=int, default=3, show_default=True,
               help="Consecutive reranker failures that open the circuit breaker.")
 @click.option("--breaker-reset-s", envvar=f"{ENV}BREAKER_RESET_S", type=float, default=10.0, show_default=True,
@@ -95,6 +100,11 @@ def build_settings(ctx: click.Context, values: dict[str, Any], config: Path | No
 @click.option("--engine-timeout-s", envvar=f"{ENV}ENGINE_TIMEOUT_S", type=float, default=120.0, show_default=True)
 @click.option("--meta-ttl-s", envvar=f"{ENV}META_TTL_S", type=float, default=30.0, show_default=True,
               help="Seconds an index's field roles / dictionary version are cached.")
+@click.option("--fusion", envvar=f"{ENV}FUSION", type=click.Choice(FUSION_MODES),
+              help=f"How engine and model scores combine (default {GatewaySettings.fusion}); per index: indices in --config.")
+@click.option("--fusion-weight", envvar=f"{ENV}FUSION_WEIGHT", type=float,
+              help=f"The engine's weight in [0, 1] for linear/rrf fusion (default {GatewaySettings.fusion_weight}).")
+@click.option("--rrf-k", envvar=f"{ENV}RRF_K", type=int, help=f"RRF constant k (default {GatewaySettings.rrf_k}).")
 @click.pass_context
 def gateway(ctx: click.Context, config: Path | None, **values: Any) -> None:
     """Serve the engine's REST API with keyword augmentation and reranking of _search / _msearch.
@@ -117,6 +127,19 @@ def gateway(ctx: click.Context, config: Path | None, **values: Any) -> None:
         err=True,
     )
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+
+
+def setting_hint(field_name: str) -> str:
+    """Where an operator sets ``field_name``: its ``jingpai gateway`` option, environment variable and
+    config-file key, read off the command itself so log messages never name an option that does not exist.
+
+    >>> setting_hint("timeout_ms")
+    '--timeout-ms (env JINGPAI_GATEWAY_TIMEOUT_MS, config key timeout_ms)'
+    """
+    for param in gateway.params:
+        if isinstance(param, click.Option) and _OPTION_FIELDS.get(param.name or "") == field_name:
+            return f"{param.opts[0]} (env {param.envvar}, config key {field_name})"
+    return f"config key {field_name}"
 
 
 @click.group("plugin")
@@ -182,4 +205,4 @@ def _native_settings(service: str, name: str, fields: str):
         raise click.ClickException(str(exc)) from exc
 
 
-__all__ = ["build_settings", "gateway", "plugin_group"]
+__all__ = ["build_settings", "gateway", "plugin_group", "setting_hint"]
