@@ -101,11 +101,11 @@ def build_settings(ctx: click.Context, values: dict[str, Any], config: Path | No
 @click.option("--engine-timeout-s", envvar=f"{ENV}ENGINE_TIMEOUT_S", type=float, default=120.0, show_default=True)
 @click.option("--meta-ttl-s", envvar=f"{ENV}META_TTL_S", type=float, default=30.0, show_default=True,
               help="Seconds an index's field roles / dictionary version are cached.")
-@click.option("--fusion", envvar=f"{ENV}FUSION", type=click.Choice(FUSION_MODES),
-              help=f"How engine and model scores combine (default {GatewaySettings.fusion}); per index: indices in --config.")
-@click.option("--fusion-weight", envvar=f"{ENV}FUSION_WEIGHT", type=float,
-              help=f"The engine's weight in [0, 1] for linear/rrf fusion (default {GatewaySettings.fusion_weight}).")
-@click.option("--rrf-k", envvar=f"{ENV}RRF_K", type=int, help=f"RRF constant k (default {GatewaySettings.rrf_k}).")
+@click.option("--fusion", envvar=f"{ENV}FUSION", type=click.Choice(FUSION_MODES), default=GatewaySettings.fusion, show_default=True,
+              help="How engine and model scores combine; per index: the indices table of --config.")
+@click.option("--fusion-weight", envvar=f"{ENV}FUSION_WEIGHT", type=float, default=GatewaySettings.fusion_weight, show_default=True,
+              help="The engine's weight in [0, 1] for linear/rrf fusion (the model's is 1 - w).")
+@click.option("--rrf-k", envvar=f"{ENV}RRF_K", type=int, default=GatewaySettings.rrf_k, show_default=True, help="RRF constant k.")
 @click.pass_context
 def gateway(ctx: click.Context, config: Path | None, **values: Any) -> None:
     """Serve the engine's REST API with keyword augmentation and reranking of _search / _msearch.
