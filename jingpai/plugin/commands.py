@@ -157,7 +157,7 @@ def _csv(kind: type, text: str | None, option: str) -> tuple | None:
 @click.option("--index", "index", required=True, help="The jingpai index (or alias) to search.")
 @click.option("--reranker", envvar=f"{ENV}RERANKER", required=True, metavar="URL", help="`jingpai serve` URL.")
 @click.option("--dict", "dicts", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Keyword dictionary directory (repeatable), for the gateway's augmentation.")
+              help="Keyword dictionary directory (repeatable), for the gateway's augmentation (default: --config's dict_dirs).")
 @click.option("--pairs", type=click.Path(exists=True, path_type=Path),
               help="Labelled pairs (q1<TAB>q2<TAB>label …): every question indexed; q1 searches for q2, its own document excluded.")
 @click.option("--qrels", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="TREC qrels naming the index's _ids (with --queries).")
@@ -200,6 +200,7 @@ def tune(engine: str, index: str, reranker: str, dicts: tuple[Path, ...], pairs:
     }
     try:
         base = load_config_file(config) if config is not None else {}
+        dicts = dicts or tuple(Path(d) for d in base.get("dict_dirs", ()))  # --dict wins, as for the gateway
         settings = tuning.TuneSettings(
             engine_url=engine, index=index, reranker_url=reranker, dict_dirs=dicts, metric=metric, text_field=text_field,
             limit=limit, concurrency=concurrency, base=base, **grid,

@@ -45,8 +45,8 @@ from starlette.routing import Route
 from yarl import URL
 
 from jingpai.indexer.mapping import IndexMeta, NotAJingpaiIndexError, read_meta
-from jingpai.plugin.commands import setting_hint
 from jingpai.plugin.augment import DictionaryStore, QueryRewriter, RewriteResult, find_full_text
+from jingpai.plugin.commands import setting_hint
 from jingpai.plugin.rerank_client import CircuitBreaker, RerankClient, RerankUnavailable
 from jingpai.plugin.settings import GATEWAY_MODES, GatewaySettings
 from jingpai.reranker.fusion import FusionError, FusionSpec, fused_order

@@ -347,6 +347,8 @@ def settings_file(settings: TuneSettings, row: TuneRow, *, queries: int) -> str:
         "[gateway]",
     ]
     lines += [f"{key} = {_toml_value(value)}" for key, value in values.items() if value is not None]
+    for name, overrides in (settings.base.get("indices") or {}).items():  # kept: they still win for their indices
+        lines += ["", f"[gateway.indices.{_toml_value(name)}]"] + [f"{k} = {_toml_value(v)}" for k, v in overrides.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -13,21 +13,11 @@ from jingpai.engine.client import Engine
 from jingpai.indexer.pipeline import IndexSettings, index_corpus
 from jingpai.plugin.gateway import create_app
 from jingpai.plugin.settings import GatewaySettings
-from tests.plugin.conftest import TOPICS, Setup, serve
+from tests.plugin.conftest import TOPICS, Setup, ids, search, serve
 
 pytestmark = pytest.mark.engine
 
 BROAD = {"match": {"content": "中国经济增长"}}
-
-
-def search(url: str, index: str, body: dict, **params) -> dict:
-    resp = httpx.post(f"{url}/{index}/_search", json=body, params=params, timeout=60)
-    assert resp.status_code == 200, resp.text
-    return resp.json()
-
-
-def ids(resp: dict) -> list[str]:
-    return [h["_id"] for h in resp["hits"]["hits"]]
 
 
 def min_max(values: list[float]) -> list[float]:

@@ -9,22 +9,12 @@ import pytest
 from elasticsearch import Elasticsearch
 from opensearchpy import OpenSearch
 
-from tests.plugin.conftest import Setup
+from tests.plugin.conftest import Setup, ids, search
 
 pytestmark = pytest.mark.engine
 
 PHRASE = {"match_phrase": {"content": "中国GDP"}}
 BROAD = {"match": {"content": "中国经济增长"}}
-
-
-def search(url: str, index: str, body: dict, **params) -> dict:
-    resp = httpx.post(f"{url}/{index}/_search", json=body, params=params, timeout=60)
-    assert resp.status_code == 200, resp.text
-    return resp.json()
-
-
-def ids(resp: dict) -> list[str]:
-    return [h["_id"] for h in resp["hits"]["hits"]]
 
 
 def official_client(setup: Setup):
