@@ -24,6 +24,7 @@ COMMANDS: dict[str, str] = {
     "negatives": "jingpai.reranker.commands:negatives",
     "serve": "jingpai.reranker.service_commands:serve",
     "gateway": "jingpai.plugin.commands:gateway",
+    "tune": "jingpai.plugin.commands:tune",
     "demo": "jingpai.ui.commands:demo",
     "plugin": "jingpai.plugin.commands:plugin_group",
 }
@@ -38,6 +39,7 @@ HELP: dict[str, str] = {
     "negatives": "Sample training negatives: keyword overlap + entity replacement via the engine, or random.",
     "serve": "Serve a reranking model over HTTP (TEI / Cohere / OpenSearch ML conventions).",
     "gateway": "Serve the engine's _search API with keyword augmentation and reranking.",
+    "tune": "Measure the gateway's fusion and window on labelled queries; write the best as a settings file.",
     "demo": "One command: engine, dictionary, index, reranker, gateway and the demo UI.",
     "plugin": "Native engine integrations: OpenSearch rerank pipeline, Elasticsearch inference endpoint.",
 }

@@ -1,4 +1,5 @@
-"""CLI: ``jingpai gateway`` (the ``_search`` gateway) and ``jingpai plugin …`` (native integrations).
+"""CLI: ``jingpai gateway`` (the ``_search`` gateway), ``jingpai tune`` (measure its fusion settings) and
+``jingpai plugin …`` (native integrations).
 
 Settings come from, highest first: command-line options, ``JINGPAI_GATEWAY_*`` environment variables,
 the ``--config`` file (TOML/JSON, keys = :class:`~jingpai.plugin.settings.GatewaySettings` fields), the
@@ -15,6 +16,7 @@ from typing import Any
 import click
 
 from jingpai.plugin.settings import GATEWAY_MODES, GatewayConfigError, GatewaySettings, load_config_file
+from jingpai.reranker.fusion import FUSION_MODES
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +40,9 @@ _OPTION_FIELDS: dict[str, str] = {
     "keywords_top_k": "keywords_top_k",
     "engine_timeout_s": "engine_timeout_s",
     "meta_ttl_s": "meta_ttl_s",
+    "fusion": "fusion",
+    "fusion_weight": "fusion_weight",
+    "rrf_k": "rrf_k",
 }
 
 
@@ -77,14 +82,15 @@ def build_settings(ctx: click.Context, values: dict[str, Any], config: Path | No
               help="TOML/JSON file of GatewaySettings fields (CLI and env win).")
 @click.option("--mode", envvar=f"{ENV}MODE", type=click.Choice(GATEWAY_MODES), default="rerank", show_default=True,
               help="Default behaviour; ?jingpai=off|augment|rerank overrides it per request.")
-@click.option("--window", envvar=f"{ENV}WINDOW", type=int, default=50, show_default=True, help="Hits reranked (at least from+size).")
+@click.option("--window", envvar=f"{ENV}WINDOW", type=int, default=GatewaySettings.window, show_default=True,
+              help="Top engine hits reranked; pages past them continue in the engine's order.")
 @click.option("--max-window", envvar=f"{ENV}MAX_WINDOW", type=int, default=500, show_default=True,
               help="Requests with from+size beyond this are not reranked.")
 @click.option("--rerank-fields", envvar=f"{ENV}RERANK_FIELDS", metavar="F1,F2",
               help="Document fields sent to the reranker (default: the index's text fields).")
 @click.option("--doc-chars", envvar=f"{ENV}DOC_CHARS", type=int, default=512, show_default=True, help="Characters of each document sent.")
-@click.option("--timeout-ms", envvar=f"{ENV}TIMEOUT_MS", type=int, default=300, show_default=True,
-              help="Reranker timeout; on timeout the engine order is served.")
+@click.option("--timeout-ms", envvar=f"{ENV}TIMEOUT_MS", type=int, default=GatewaySettings.timeout_ms, show_default=True,
+              help="Reranker timeout; on timeout the engine order is served (reason reranker_timeout).")
 @click.option("--breaker-failures", envvar=f"{ENV}BREAKER_FAILURES", type=int, default=3, show_default=True,
               help="Consecutive reranker failures that open the circuit breaker.")
 @click.option("--breaker-reset-s", envvar=f"{ENV}BREAKER_RESET_S", type=float, default=10.0, show_default=True,
@@ -95,6 +101,11 @@ def build_settings(ctx: click.Context, values: dict[str, Any], config: Path | No
 @click.option("--engine-timeout-s", envvar=f"{ENV}ENGINE_TIMEOUT_S", type=float, default=120.0, show_default=True)
 @click.option("--meta-ttl-s", envvar=f"{ENV}META_TTL_S", type=float, default=30.0, show_default=True,
               help="Seconds an index's field roles / dictionary version are cached.")
+@click.option("--fusion", envvar=f"{ENV}FUSION", type=click.Choice(FUSION_MODES), default=GatewaySettings.fusion, show_default=True,
+              help="How engine and model scores combine; per index: the indices table of --config.")
+@click.option("--fusion-weight", envvar=f"{ENV}FUSION_WEIGHT", type=float, default=GatewaySettings.fusion_weight, show_default=True,
+              help="The engine's weight in [0, 1] for linear/rrf fusion (the model's is 1 - w).")
+@click.option("--rrf-k", envvar=f"{ENV}RRF_K", type=int, default=GatewaySettings.rrf_k, show_default=True, help="RRF constant k.")
 @click.pass_context
 def gateway(ctx: click.Context, config: Path | None, **values: Any) -> None:
     """Serve the engine's REST API with keyword augmentation and reranking of _search / _msearch.
@@ -117,6 +128,111 @@ def gateway(ctx: click.Context, config: Path | None, **values: Any) -> None:
         err=True,
     )
     uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+
+
+def setting_hint(field_name: str) -> str:
+    """Where an operator sets ``field_name``: its ``jingpai gateway`` option, environment variable and
+    config-file key, read off the command itself so log messages never name an option that does not exist.
+
+    >>> setting_hint("timeout_ms")
+    '--timeout-ms (env JINGPAI_GATEWAY_TIMEOUT_MS, config key timeout_ms)'
+    """
+    for param in gateway.params:
+        if isinstance(param, click.Option) and _OPTION_FIELDS.get(param.name or "") == field_name:
+            return f"{param.opts[0]} (env {param.envvar}, config key {field_name})"
+    return f"config key {field_name}"
+
+
+def _csv(kind: type, text: str | None, option: str) -> tuple | None:
+    if text is None:
+        return None
+    try:
+        return tuple(kind(part) for part in text.split(",") if part.strip())
+    except ValueError as exc:
+        raise click.BadParameter(f"expected comma-separated {kind.__name__}s, got {text!r}", param_hint=option) from exc
+
+
+@click.command("tune")
+@click.option("--engine", envvar=f"{ENV}ENGINE", required=True, metavar="URL", help="Elasticsearch/OpenSearch holding the index.")
+@click.option("--index", "index", required=True, help="The jingpai index (or alias) to search.")
+@click.option("--reranker", envvar=f"{ENV}RERANKER", required=True, metavar="URL", help="`jingpai serve` URL.")
+@click.option("--dict", "dicts", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Keyword dictionary directory (repeatable), for the gateway's augmentation (default: --config's dict_dirs).")
+@click.option("--pairs", type=click.Path(exists=True, path_type=Path),
+              help="Labelled pairs (q1<TAB>q2<TAB>label …): every question indexed; q1 searches for q2, its own document excluded.")
+@click.option("--qrels", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="TREC qrels naming the index's _ids (with --queries).")
+@click.option("--queries", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="qid<TAB>query text, one per line (with --qrels).")
+@click.option("--config", "config", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Gateway settings file to start from (rerank fields, boosts …); the written file keeps them.")
+@click.option("--windows", metavar="W1,W2", help="Rerank windows to try (default 10,20,50).")
+@click.option("--weights", metavar="W1,W2", help="Engine weights to try for linear and rrf (default 0,0.1,…,1).")
+@click.option("--rrf-k", "rrf_ks", metavar="K1,K2", help="RRF constants to try (default 10,30,60).")
+@click.option("--metric", default="P@1", show_default=True, help="Picks the best settings: P@1, P@3, P@5, P@10, MRR or nDCG@10.")
+@click.option("--text-field", help="Indexed field queried and matched against the pairs' questions (default: the index's first text field).")
+@click.option("--limit", type=int, help="Evaluate at most this many queries.")
+@click.option("--concurrency", type=int, default=4, show_default=True, help="Searches sent to the gateway at once.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("tune"), show_default=True,
+              help="Writes gateway.toml (best settings), tune.png (metric vs weight) and tune.json (every row).")
+def tune(engine: str, index: str, reranker: str, dicts: tuple[Path, ...], pairs: Path | None, qrels: Path | None, queries: Path | None,
+         config: Path | None, windows: str | None, weights: str | None, rrf_ks: str | None, metric: str, text_field: str | None,
+         limit: int | None, concurrency: int, out_dir: Path) -> None:
+    """Measure engine order, augmentation and every fusion × window on labelled queries; write the best.
+
+    Runs the real gateway in-process; each query is reranked once (at the largest window) and every fusion
+    is computed from those scores. Example:
+
+        jingpai tune --engine http://127.0.0.1:9200 --index lcqmc --reranker http://127.0.0.1:8081 \\
+            --dict dicts/zh --pairs data/lcqmc/dev.tsv --out tune-lcqmc
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from jingpai.engine.client import EngineConnectionError, connect
+    from jingpai.indexer.mapping import NotAJingpaiIndexError, read_meta
+    from jingpai.plugin import tune as tuning
+
+    if (pairs is None) == (qrels is None) or (qrels is None) != (queries is None):
+        raise click.UsageError("give either --pairs FILE, or --qrels FILE with --queries FILE")
+    grid = {
+        name: value for name, value in (
+            ("windows", _csv(int, windows, "--windows")), ("weights", _csv(float, weights, "--weights")), ("rrf_ks", _csv(int, rrf_ks, "--rrf-k")),
+        ) if value is not None
+    }
+    try:
+        base = load_config_file(config) if config is not None else {}
+        dicts = dicts or tuple(Path(d) for d in base.get("dict_dirs", ()))  # --dict wins, as for the gateway
+        settings = tuning.TuneSettings(
+            engine_url=engine, index=index, reranker_url=reranker, dict_dirs=dicts, metric=metric, text_field=text_field,
+            limit=limit, concurrency=concurrency, base=base, **grid,
+        )
+        client = connect(engine)
+        field = text_field or read_meta(client, index).text_fields[0]
+        labelled = tuning.queries_from_pairs(client, index, pairs, text_field=field) if pairs else tuning.queries_from_trec(qrels, queries)
+        rows = tuning.run_tune(settings, labelled, text_field=field)
+    except (tuning.TuneError, GatewayConfigError, EngineConnectionError, NotAJingpaiIndexError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    best = tuning.best_row(rows, metric)
+    n_queries = min(len(labelled), limit or len(labelled))
+
+    table = Table(title=f"jingpai tune — {index}, {n_queries} queries (best {metric} in bold)")
+    for name in ("fusion", "window", "engine w", "rrf k", *tuning.METRICS):
+        table.add_column(name, justify="left" if name == "fusion" else "right")
+    for row in rows:
+        cells = [row.fusion, "" if row.window is None else str(row.window), "" if row.weight is None else f"{row.weight:g}",
+                 "" if row.rrf_k is None else str(row.rrf_k), *(f"{row.metrics[m]:.4f}" for m in tuning.METRICS)]
+        table.add_row(*cells, style="bold" if row == best else None)
+    console = Console()
+    # piped or captured output defaults to 80 columns, which would squeeze the metric columns into ellipses
+    Console(width=max(console.width, 130)).print(table)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "gateway.toml").write_text(tuning.settings_file(settings, best, queries=n_queries), encoding="utf-8")
+    (out_dir / "tune.json").write_text(json.dumps([
+        {"fusion": r.fusion, "window": r.window, "weight": r.weight, "rrf_k": r.rrf_k, **r.metrics} for r in rows
+    ], indent=1), encoding="utf-8")
+    tuning.plot(rows, out_dir / "tune.png", metric=metric)
+    click.echo(f"best {metric}: {best.label()} ({best.metrics[metric]:.4f}); wrote {out_dir / 'gateway.toml'} "
+               f"(jingpai gateway --config {out_dir / 'gateway.toml'}), {out_dir / 'tune.png'}, {out_dir / 'tune.json'}")
 
 
 @click.group("plugin")
@@ -182,4 +298,4 @@ def _native_settings(service: str, name: str, fields: str):
         raise click.ClickException(str(exc)) from exc
 
 
-__all__ = ["build_settings", "gateway", "plugin_group"]
+__all__ = ["build_settings", "gateway", "plugin_group", "setting_hint", "tune"]

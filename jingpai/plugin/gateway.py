@@ -4,15 +4,17 @@
 
 - ``GET|POST /{index}/_search``, ``/_search``, ``/{index}/_msearch``, ``/_msearch`` are parsed; on
   indices built by ``jingpai index`` (mapping ``_meta.jingpai``) their full-text clauses are widened
-  (:mod:`jingpai.plugin.augment`) and the top window of hits is reranked by ``jingpai serve``. Each
-  response gets a top-level ``jingpai`` object (:class:`JingpaiInfo`) and reranked hits a ``_jingpai``
-  object with the engine's score and rank.
+  (:mod:`jingpai.plugin.augment`) and the top window of hits is reranked by ``jingpai serve``, the
+  model's scores fused with the engine's (:mod:`jingpai.reranker.fusion`). Each response gets a
+  top-level ``jingpai`` object (:class:`JingpaiInfo`) and reranked hits a ``_jingpai`` object with the
+  engine's score and rank and the model's score. Hits past the window keep the engine's order, so paging
+  with ``from``/``size`` never repeats or skips a hit.
 - every other request is streamed through unchanged (method, path, query, headers, body; status,
   headers and body of the answer). The gateway adds no headers or credentials of its own and only
   ever talks to the configured engine and reranker URLs.
 
-Per request: ``?jingpai=off|augment|rerank`` and a body section ``ext.jingpai`` (:class:`JingpaiExt`),
-which is removed before the body is forwarded.
+Per request: ``?jingpai=off|augment|rerank``, ``?jingpai_fusion=…&jingpai_fusion_weight=…&jingpai_rrf_k=…``
+and a body section ``ext.jingpai`` (:class:`JingpaiExt`), all removed before the request is forwarded.
 
 Example:
     >>> app = create_app(GatewaySettings(engine_url="http://127.0.0.1:9200", reranker_url="http://127.0.0.1:8081"))  # doctest: +SKIP
@@ -44,8 +46,10 @@ from yarl import URL
 
 from jingpai.indexer.mapping import IndexMeta, NotAJingpaiIndexError, read_meta
 from jingpai.plugin.augment import DictionaryStore, QueryRewriter, RewriteResult, find_full_text
+from jingpai.plugin.commands import setting_hint
 from jingpai.plugin.rerank_client import CircuitBreaker, RerankClient, RerankUnavailable
 from jingpai.plugin.settings import GATEWAY_MODES, GatewaySettings
+from jingpai.reranker.fusion import FusionError, FusionSpec, fused_order
 
 logger = logging.getLogger(__name__)
 
@@ -59,10 +63,26 @@ HOP_BY_HOP = frozenset(
 # ---------------------------------------------------------------------------------------------- models
 
 
-class JingpaiExt(BaseModel):
-    """The ``ext.jingpai`` section of a search body (removed before forwarding)."""
+class FusionParams(BaseModel):
+    """A request's fusion overrides (``ext.jingpai`` keys, or ``?jingpai_<key>=`` URL parameters)."""
 
     model_config = ConfigDict(extra="forbid")
+
+    fusion: Literal["replace", "linear", "rrf"] | None = None
+    fusion_weight: float | None = Field(default=None, ge=0.0, le=1.0)
+    rrf_k: int | None = Field(default=None, ge=1)
+
+    def over(self, base: FusionSpec) -> FusionSpec:
+        """These overrides on top of ``base`` (the index's or the gateway's fusion)."""
+        return base.override(**self.model_dump(include=set(FusionParams.model_fields)))
+
+
+#: URL parameter -> FusionParams field
+FUSION_URL_PARAMS: dict[str, str] = {f"jingpai_{name}": name for name in FusionParams.model_fields}
+
+
+class JingpaiExt(FusionParams):
+    """The ``ext.jingpai`` section of a search body (removed before forwarding)."""
 
     mode: Literal["off", "augment", "rerank"] | None = None
     window: int | None = Field(default=None, ge=1)
@@ -83,6 +103,7 @@ class JingpaiInfo(BaseModel):
     model: str | None = None
     window: int | None = None
     took_rerank_ms: float | None = None
+    fusion: dict[str, Any] | None = None
 
 
 # ---------------------------------------------------------------------------------------------- errors
@@ -104,6 +125,11 @@ def es_error(status: int, error_type: str, reason: str) -> JSONResponse:
     """An Elasticsearch/OpenSearch-shaped error body, so clients raise their usual exception types."""
     cause = {"type": error_type, "reason": reason}
     return JSONResponse({"error": {"root_cause": [cause], **cause}, "status": status}, status_code=status)
+
+
+def _validation_problems(exc: ValidationError, where: Any) -> str:
+    """``field: message (got value)`` for each error; ``where(loc)`` names the field as the client wrote it."""
+    return "; ".join(f"{where(err['loc'])}: {err['msg']} (got {err.get('input')!r})" for err in exc.errors())
 
 
 async def _handle_exception(request: Request, exc: Exception) -> Response:
@@ -138,6 +164,7 @@ class SearchPlan:
     from_: int = 0
     size: int = 10
     window: int = 0
+    fusion: FusionSpec | None = None
     fields: tuple[str, ...] = ()
     added_source: tuple[str, ...] = ()
     drop_source: bool = False
@@ -152,6 +179,7 @@ class SearchPlan:
             "augmented": bool(self.rewrite and self.rewrite.augmented),
             "augment_reason": None if (self.rewrite and self.rewrite.augmented) else self.augment_reason,
             "keywords": [w for w, _ in self.rewrite.keywords] if self.rewrite else [],
+            "window": self.window or None,
             **kwargs,
         }
         return JingpaiInfo(**data).model_dump()
@@ -287,6 +315,7 @@ class Gateway:
             breaker = CircuitBreaker(failure_threshold=settings.breaker_failures, reset_timeout_s=settings.breaker_reset_s)
             self.reranker = RerankClient(settings.reranker_url, timeout_ms=settings.timeout_ms, breaker=breaker)
         self._meta_cache: dict[str, tuple[float, IndexMeta | None]] = {}
+        self._timeout_hint = setting_hint("timeout_ms")
 
     @property
     def engine(self) -> aiohttp.ClientSession:
@@ -411,20 +440,46 @@ class Gateway:
         try:
             return JingpaiExt.model_validate(raw)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc']) or 'ext.jingpai'}: {err['msg']} (got {err.get('input')!r})" for err in exc.errors()
-            )
+            problems = _validation_problems(exc, lambda loc: ".".join(str(p) for p in loc) or "ext.jingpai")
             raise BadGatewayRequest(
                 f"invalid ext.jingpai: {problems}; valid keys: {', '.join(JingpaiExt.model_fields)}"
             ) from exc
 
-    async def plan(self, request: Request, index: str | None, body: dict, params: dict[str, str], mode_param: str | None) -> SearchPlan:
-        """Decide augmentation and reranking for one search and rewrite its body and parameters."""
+    @staticmethod
+    def _fusion_params(params: dict[str, str]) -> FusionParams:
+        """Pop and validate the ``?jingpai_fusion…`` URL parameters (they never reach the engine).
+
+        Raises:
+            BadGatewayRequest: a bad value; the message names the parameter and the valid values.
+        """
+        given = {field: params.pop(name) for name, field in FUSION_URL_PARAMS.items() if name in params}
+        try:
+            return FusionParams.model_validate(given)
+        except ValidationError as exc:
+            problems = _validation_problems(exc, lambda loc: f"?jingpai_{'.'.join(str(p) for p in loc)}")
+            raise BadGatewayRequest(f"invalid fusion parameter: {problems}") from exc
+
+    async def plan(self, request: Request, index: str | None, body: dict, params: dict[str, str], mode_param: str | None,
+                   fusion_param: FusionParams | None = None) -> SearchPlan:
+        """Decide augmentation and reranking for one search and rewrite its body and parameters.
+
+        Args:
+            fusion_param: the request's URL fusion parameters; they win over ``ext.jingpai``, which wins over
+                the index's ``indices`` entry, which wins over the gateway's fusion.
+        """
         body = copy.deepcopy(body)
         had_ext = isinstance(body.get("ext"), dict) and "jingpai" in body["ext"]
         ext = self._parse_ext(body)
         mode = mode_param or ext.mode or self.settings.mode
         plan = SearchPlan(body=body, params=dict(params), mode=mode, rewritten=had_ext)
+        requested = FusionParams.model_validate({
+            **ext.model_dump(include=set(FusionParams.model_fields), exclude_none=True),
+            **(fusion_param.model_dump(exclude_none=True) if fusion_param else {}),
+        })
+        try:
+            plan.fusion = requested.over(self.settings.fusion_for(index))
+        except FusionError as exc:
+            raise BadGatewayRequest(f"invalid fusion for this request: {exc}") from exc
         if mode == "off":
             plan.reason = "disabled"
             return plan
@@ -501,12 +556,20 @@ class Gateway:
 
     def _prepare_rerank(self, plan: SearchPlan, meta: IndexMeta, ext: JingpaiExt) -> None:
         body, params = plan.body, plan.params
-        plan.from_ = _int_param(params.pop("from", body.get("from", 0)), "from")
-        plan.size = _int_param(params.pop("size", body.get("size", 10)), "size")
+        plan.from_ = _int_param(params.get("from", body.get("from", 0)), "from")
+        plan.size = _int_param(params.get("size", body.get("size", 10)), "size")
         if ext.window is not None and ext.window > self.settings.max_window:
             raise BadGatewayRequest(f"ext.jingpai.window {ext.window} exceeds the gateway's max_window {self.settings.max_window}")
-        plan.window = min(max(ext.window or self.settings.window, plan.from_ + plan.size), self.settings.max_window)
-        body["from"], body["size"] = 0, plan.window
+        # The window is the engine's top W whatever the page: it does not grow with from + size, else each
+        # page would rerank a different set and paging would repeat and skip hits. Reranking permutes
+        # engine ranks 1..W among themselves, so positions >= W are the engine's own positions.
+        plan.window = min(ext.window or self.settings.window, self.settings.max_window)
+        if plan.from_ >= plan.window:
+            plan.reason = "beyond_window"  # the engine answers this page as asked: no rerank needed
+            return
+        params.pop("from", None)
+        params.pop("size", None)
+        body["from"], body["size"] = 0, max(plan.window, plan.from_ + plan.size)
         plan.rerank = plan.rewritten = True
         plan.query_text = ext.query or plan.rewrite.query_text or params.get("q", "")
         fields = tuple(ext.fields or self.settings.rerank_fields or meta.text_fields)
@@ -576,28 +639,34 @@ class Gateway:
         if not hits:
             plan.reason = "no_hits"
             data["hits"]["hits"] = []
-            data["jingpai"] = plan.info(window=plan.window)
+            data["jingpai"] = plan.info()
             return data
-        assert self.reranker is not None
+        assert self.reranker is not None and plan.fusion is not None
+        window, rest = hits[: plan.window], hits[plan.window :]
         started = time.perf_counter()
         try:
-            scores = await self.reranker.rerank(plan.query_text, [self._doc_text(h, plan.fields) for h in hits])
+            scores = await self.reranker.rerank(plan.query_text, [self._doc_text(h, plan.fields) for h in window])
         except RerankUnavailable as exc:
-            logger.warning("serving engine order (fail-open): %s", exc)
+            if exc.reason == "reranker_timeout":
+                logger.warning("serving engine order (fail-open): %s; to let the reranker finish raise %s", exc, self._timeout_hint)
+            else:
+                logger.warning("serving engine order (fail-open): %s", exc)
             plan.reason = exc.reason
             data["hits"]["hits"] = self._finish_page(plan, hits)
-            data["jingpai"] = plan.info(window=plan.window, took_rerank_ms=round((time.perf_counter() - started) * 1000, 2))
+            data["jingpai"] = plan.info(took_rerank_ms=round((time.perf_counter() - started) * 1000, 2))
             return data
         took = round((time.perf_counter() - started) * 1000, 2)
-        for rank, hit in enumerate(hits, start=1):
-            hit["_jingpai"] = {"engine_score": hit.get("_score"), "engine_rank": rank}
-            hit["_score"] = scores[rank - 1]
-        order = sorted(range(len(hits)), key=lambda i: -scores[i])  # stable: ties keep the engine's order
-        data["hits"]["hits"] = self._finish_page(plan, [hits[i] for i in order])
-        data["hits"]["max_score"] = max(scores)
+        engine_ranks = range(1, len(window) + 1)
+        fused = plan.fusion.fuse([h.get("_score") for h in window], scores, engine_ranks=engine_ranks)
+        for rank, hit in zip(engine_ranks, window):
+            hit["_jingpai"] = {"engine_score": hit.get("_score"), "engine_rank": rank, "model_score": scores[rank - 1]}
+            hit["_score"] = float(fused[rank - 1])
+        # hits past the window keep the engine's order and score: they were not reranked
+        data["hits"]["hits"] = self._finish_page(plan, [window[i] for i in fused_order(fused)] + rest)
+        data["hits"]["max_score"] = float(fused.max())
         plan.reason = None
         data["jingpai"] = plan.info(
-            reranked=True, model=await self.reranker.model_name(), window=plan.window, took_rerank_ms=took
+            reranked=True, model=await self.reranker.model_name(), took_rerank_ms=took, fusion=plan.fusion.describe()
         )
         return data
 
@@ -620,6 +689,7 @@ class Gateway:
         index = request.path_params.get("index")
         params = dict(request.query_params.multi_items())
         mode_param = self._mode_param(params)
+        fusion_param = self._fusion_params(params)
         raw = await self.read_body(request)
         try:
             body = json.loads(raw) if raw.strip() else {}
@@ -628,7 +698,7 @@ class Gateway:
         if not isinstance(body, dict):
             # not ours to judge: the engine answers with its own parse error
             return await self.passthrough(request)
-        plan = await self.plan(request, index, body, params, mode_param)
+        plan = await self.plan(request, index, body, params, mode_param, fusion_param)
         path = f"/{_path_part(index)}/_search" if index else "/_search"
         if plan.rewritten:
             payload = json.dumps(plan.body, ensure_ascii=False).encode()
@@ -667,6 +737,7 @@ class Gateway:
         index = request.path_params.get("index")
         params = dict(request.query_params.multi_items())
         mode_param = self._mode_param(params)
+        fusion_param = self._fusion_params(params)
         raw = await self.read_body(request)
         try:
             lines = [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
@@ -679,7 +750,7 @@ class Gateway:
         for header, body in zip(lines[::2], lines[1::2]):
             target = header.get("index", index)
             target = ",".join(target) if isinstance(target, list) else target
-            plan = await self.plan(request, target, body, {}, mode_param)
+            plan = await self.plan(request, target, body, {}, mode_param, fusion_param)
             plans.append(plan)
             out_lines += [json.dumps(header, ensure_ascii=False), json.dumps(plan.body, ensure_ascii=False)]
         payload = ("\n".join(out_lines) + "\n").encode()
@@ -737,4 +808,4 @@ def create_app(settings: GatewaySettings) -> Starlette:
     return app
 
 
-__all__ = ["BadGatewayRequest", "Gateway", "GatewayError", "JingpaiExt", "JingpaiInfo", "SearchPlan", "create_app", "es_error"]
+__all__ = ["BadGatewayRequest", "FusionParams", "Gateway", "GatewayError", "JingpaiExt", "JingpaiInfo", "SearchPlan", "create_app", "es_error"]

@@ -115,16 +115,16 @@ class RerankClient:
 
     Args:
         url: base URL of the service.
-        timeout_ms: per-request timeout (connect + read).
+        timeout_ms: per-request timeout (connect + read); the gateway's ``timeout_ms`` setting.
         breaker: circuit breaker shared by all requests of this client.
 
     Example:
-        >>> client = RerankClient("http://127.0.0.1:8081", timeout_ms=300)        # doctest: +SKIP
+        >>> client = RerankClient("http://127.0.0.1:8081", timeout_ms=3000)       # doctest: +SKIP
         >>> await client.rerank("中国GDP", ["中国GDP增长", "天气"])                  # doctest: +SKIP
         [0.91, 0.02]
     """
 
-    def __init__(self, url: str, *, timeout_ms: int = 300, breaker: CircuitBreaker | None = None) -> None:
+    def __init__(self, url: str, *, timeout_ms: int, breaker: CircuitBreaker | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_ms / 1000.0
         self.breaker = breaker or CircuitBreaker()

@@ -177,6 +177,47 @@ def evaluate_model(
     )
 
 
+def evaluate_rankings(
+    rankings: dict[str, Sequence[str]],
+    relevant: dict[str, dict[str, int]],
+    *,
+    cutoffs: Sequence[int] = DEFAULT_CUTOFFS,
+) -> dict[str, float]:
+    """Ranking metrics of ranked document ids per query against graded relevance (trec_eval semantics).
+
+    Args:
+        rankings: query id → document ids, best first (a relevant document missing from it is a miss).
+        relevant: query id → {document id: gain > 0}; queries without a relevant document are skipped.
+        cutoffs: k for P@k.
+
+    Returns:
+        ``MAP``, ``MRR``, ``nDCG@10``, ``P@k``…, ``queries`` and ``skipped_queries``.
+
+    Raises:
+        EvaluationError: no query of ``rankings`` has a relevant document.
+
+    Example:
+        >>> m = evaluate_rankings({"q1": ["a", "b"], "q2": ["c", "d"]}, {"q1": {"b": 1}, "q2": {"c": 1}})
+        >>> round(m["MRR"], 3), m["P@1"]
+        (0.75, 0.5)
+        >>> evaluate_rankings({"q1": [], "q2": ["c"]}, {"q1": {"b": 1}, "q2": {"c": 1}})["P@1"]
+        0.5
+    """
+    from ir_measures import Qrel, ScoredDoc
+
+    judged = {q for q, docs in relevant.items() if any(g > 0 for g in docs.values())}
+    queries = [q for q in rankings if q in judged]
+    if not queries:
+        raise EvaluationError(f"none of the {len(rankings)} ranked queries has a relevant document")
+    qrels = [Qrel(q, doc, int(gain)) for q in queries for doc, gain in relevant[q].items()]
+    run = [ScoredDoc(q, doc, float(-rank)) for q in queries for rank, doc in enumerate(rankings[q])]
+    # a query that retrieved nothing still counts (as all zeros): ir-measures averages over the run's queries
+    run += [ScoredDoc(q, "\x00nothing-retrieved", 0.0) for q in queries if not rankings[q]]
+    result = _ranking(qrels, run, cutoffs)
+    result.update({"queries": float(len(queries)), "skipped_queries": float(len(rankings) - len(queries))})
+    return result
+
+
 def evaluate_run(qrels_path: str | Path, run_path: str | Path, *, cutoffs: Sequence[int] = DEFAULT_CUTOFFS) -> dict[str, float]:
     """Ranking metrics of a TREC run file against a TREC qrels file (the files search engineers have).
 
@@ -216,4 +257,7 @@ def to_markdown(metrics: dict[str, float], *, title: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["EvaluationError", "class_balance_warning", "default_threshold", "roc_auc", "evaluate_model", "evaluate_run", "evaluate_scores", "to_markdown"]
+__all__ = [
+    "EvaluationError", "class_balance_warning", "default_threshold", "evaluate_model", "evaluate_rankings", "evaluate_run",
+    "evaluate_scores", "roc_auc", "to_markdown",
+]

@@ -3,7 +3,9 @@
 Routes (see ``docs/service.md``):
 
 * ``POST /rerank`` — Hugging Face TEI: ``{query, texts, truncate?, raw_scores?, return_text?}`` →
-  ``[{index, score, text?}]`` best first.
+  ``[{index, score, text?}]`` best first. Callers with first-stage scores add ``scores`` (parallel to
+  ``texts``) and optionally ``fusion``, ``fusion_weight``, ``rrf_k`` (:mod:`jingpai.reranker.fusion`):
+  ``score`` is then the fused score and ``model_score`` the model's.
 * ``POST /v1/rerank``, ``POST /v2/rerank`` — Cohere / Jina: ``{query, documents, top_n?,
   return_documents?}`` → ``{results: [{index, relevance_score, document?}], …}`` best first.
 * ``POST /opensearch/text_similarity`` — OpenSearch ML connector: ``{query_text, text_docs}`` →
@@ -53,6 +55,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from jingpai import __version__
 from jingpai.reranker.base import Pair, Reranker
+from jingpai.reranker.fusion import FUSION_MODES, FusionError, FusionMode, FusionSpec, fused_order, ranks_of
 
 logger = logging.getLogger(__name__)
 
@@ -966,11 +969,38 @@ class TeiRerankRequest(_Strict):
     truncate: bool | None = Field(None, description="false: reject pairs over max_length (413) instead of cutting them")
     raw_scores: bool = Field(False, description="true: the model's raw score instead of a [0, 1] relevance")
     return_text: bool = False
+    scores: list[float] | None = Field(
+        None, description="first-stage (engine) scores parallel to texts: score becomes the fusion of these with the model's"
+    )
+    fusion: FusionMode | None = Field(None, description=f"with scores: {' | '.join(FUSION_MODES)} (default {FusionSpec.mode})")
+    fusion_weight: float | None = Field(
+        None, ge=0.0, le=1.0, description=f"the first-stage scores' weight for linear/rrf (default {FusionSpec.weight})"
+    )
+    rrf_k: int | None = Field(None, ge=1, description=f"RRF constant (default {FusionSpec.rrf_k})")
+
+    def fusion_spec(self) -> FusionSpec | None:
+        """The requested fusion (``None``: no ``scores``, plain reranking).
+
+        Raises:
+            InvalidInputError: fusion parameters without ``scores``, or ``scores`` not parallel to ``texts``.
+        """
+        asked = [name for name in ("fusion", "fusion_weight", "rrf_k") if getattr(self, name) is not None]
+        if self.scores is None:
+            if asked and self.fusion != "replace":
+                raise InvalidInputError(f"{', '.join(asked)} need scores: the first-stage scores, one per text")
+            return None
+        if len(self.scores) != len(self.texts):
+            raise InvalidInputError(f"scores holds {len(self.scores)} values for {len(self.texts)} texts; expected one per text")
+        try:
+            return FusionSpec().override(fusion=self.fusion, fusion_weight=self.fusion_weight, rrf_k=self.rrf_k)
+        except FusionError as exc:
+            raise InvalidInputError(str(exc)) from exc
 
 
 class TeiRank(BaseModel):
     index: int
     score: float
+    model_score: float | None = Field(None, description="the model's own score, when score is a fusion (request had scores)")
     text: str | None = None
 
 
@@ -1186,11 +1216,23 @@ def create_app(settings: ServiceSettings, model: Reranker) -> FastAPI:
 
     @app.post("/rerank", response_model=list[TeiRank], response_model_exclude_none=True, tags=["rerank"])
     async def tei_rerank(req: TeiRerankRequest) -> list[TeiRank]:
-        """TEI-compatible rerank: all texts, best first."""
+        """TEI-compatible rerank: all texts, best first; with ``scores``, fused with those first-stage scores."""
+        spec = req.fusion_spec()
         raw = await service.score(req.query, req.texts, truncate=req.truncate is not False, query_field="query", docs_field="texts")
         scores = raw if req.raw_scores else service.normalize(raw)
-        order = np.argsort(-scores, kind="stable")
-        return [TeiRank(index=int(i), score=float(scores[i]), text=req.texts[i] if req.return_text else None) for i in order]
+        if spec is None:
+            order = np.argsort(-scores, kind="stable")
+            return [TeiRank(index=int(i), score=float(scores[i]), text=req.texts[i] if req.return_text else None) for i in order]
+        engine_ranks = ranks_of(req.scores)
+        try:
+            fused = spec.fuse(req.scores, scores, engine_ranks=engine_ranks)
+        except FusionError as exc:
+            raise InvalidInputError(str(exc)) from exc
+        # ties of the fused score keep the first-stage order
+        return [
+            TeiRank(index=int(i), score=float(fused[i]), model_score=float(scores[i]), text=req.texts[i] if req.return_text else None)
+            for i in fused_order(fused, engine_ranks)
+        ]
 
     def cohere(version: str):  # noqa: ANN202
         async def rerank(req: CohereRerankRequest) -> CohereRerankResponse:

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from jingpai.engine.client import Engine
@@ -51,6 +52,17 @@ def corpus() -> list[dict]:
         other = TOPICS[(i * 3 + 1) % len(TOPICS)]
         docs.append({"id": f"f{i:02d}", "title": f"{topic}简报第{i}期", "content": f"本期关注{topic}，兼谈{other}，第{i}号评论。"})
     return docs
+
+
+def search(url: str, index: str, body: dict, **params) -> dict:
+    """POST a search to ``url`` (a gateway) and return the 200 answer."""
+    resp = httpx.post(f"{url}/{index}/_search", json=body, params=params, timeout=60)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def ids(resp: dict) -> list[str]:
+    return [h["_id"] for h in resp["hits"]["hits"]]
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Iterator
@@ -71,14 +72,19 @@ def test_stopped_reranker_fails_open_and_breaker_recovers(setup: Setup, dictiona
             assert search(gw.url, setup.index)["jingpai"]["reranked"] is True
 
 
-def test_unresponsive_reranker_times_out_to_engine_order(setup: Setup, dictionary, blackhole: str) -> None:
+def test_unresponsive_reranker_times_out_to_engine_order(setup: Setup, dictionary, blackhole: str, caplog: pytest.LogCaptureFixture) -> None:
     settings = GatewaySettings(engine_url=setup.engine.url, reranker_url=blackhole, dict_dirs=(dictionary[1],), timeout_ms=150)
-    with serve(create_app(settings)) as gw:
+    with serve(create_app(settings)) as gw, caplog.at_level(logging.WARNING, logger="jingpai.plugin.gateway"):
         engine_order = search(gw.url, setup.index, jingpai="augment")
         resp = search(gw.url, setup.index)
     assert resp["jingpai"]["reranked"] is False and resp["jingpai"]["reason"] == "reranker_timeout"
     assert ids(resp) == ids(engine_order)
     assert resp["jingpai"]["augmented"] is True  # augmentation does not depend on the reranker
+    warnings = [r.getMessage() for r in caplog.records if r.name == "jingpai.plugin.gateway"]
+    assert warnings == [
+        f"serving engine order (fail-open): reranker_timeout: no answer from {blackhole} within 150 ms; to let the reranker "
+        "finish raise --timeout-ms (env JINGPAI_GATEWAY_TIMEOUT_MS, config key timeout_ms)"
+    ]
 
 
 def test_engine_unreachable_is_an_es_style_502(reranker_url: str) -> None:

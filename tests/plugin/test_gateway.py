@@ -9,22 +9,12 @@ import pytest
 from elasticsearch import Elasticsearch
 from opensearchpy import OpenSearch
 
-from tests.plugin.conftest import Setup
+from tests.plugin.conftest import Setup, ids, search
 
 pytestmark = pytest.mark.engine
 
 PHRASE = {"match_phrase": {"content": "中国GDP"}}
 BROAD = {"match": {"content": "中国经济增长"}}
-
-
-def search(url: str, index: str, body: dict, **params) -> dict:
-    resp = httpx.post(f"{url}/{index}/_search", json=body, params=params, timeout=60)
-    assert resp.status_code == 200, resp.text
-    return resp.json()
-
-
-def ids(resp: dict) -> list[str]:
-    return [h["_id"] for h in resp["hits"]["hits"]]
 
 
 def official_client(setup: Setup):
@@ -82,10 +72,11 @@ def test_index_dictionary_not_loaded_falls_back_to_plain_query(setup: Setup, rer
 
 def test_rerank_orders_window_by_model_scores(setup: Setup, rerank_model) -> None:
     engine_order = search(setup.gateway_url, setup.index, {"query": BROAD, "size": 20}, jingpai="augment")
-    resp = search(setup.gateway_url, setup.index, {"query": BROAD, "size": 20})
+    resp = search(setup.gateway_url, setup.index, {"query": BROAD, "size": 20}, jingpai_fusion="replace")
     info = resp["jingpai"]
     assert info["reranked"] is True and info["reason"] is None
     assert info["model"] == "tiny-cross" and info["window"] == 20 and info["took_rerank_ms"] >= 0
+    assert info["fusion"] == {"mode": "replace"}
     hits = resp["hits"]["hits"]
     assert sorted(ids(resp)) == sorted(ids(engine_order))
     # the engine's own score and rank are kept on each hit
@@ -104,6 +95,7 @@ def test_rerank_orders_window_by_model_scores(setup: Setup, rerank_model) -> Non
     # the gateway asks for normalised scores (raw_scores: false): the sigmoid of the model's logit
     normalised = sorted((1 / (1 + math.exp(-x)) for x in expected.tolist()), reverse=True)
     assert [h["_score"] for h in hits] == pytest.approx(normalised, abs=1e-4)
+    assert [h["_jingpai"]["model_score"] for h in hits] == [h["_score"] for h in hits]
     assert ids(resp) != ids(engine_order)  # the model does reorder this window
 
 
@@ -118,10 +110,17 @@ def test_pages_inside_the_window_do_not_overlap(setup: Setup) -> None:
     assert first["jingpai"]["window"] == second["jingpai"]["window"] == 20
 
 
-def test_window_grows_to_cover_from_plus_size_and_url_params(setup: Setup) -> None:
-    resp = search(setup.gateway_url, setup.index, {"query": BROAD}, **{"from": "20", "size": "5"})
-    assert resp["jingpai"]["window"] == 25 and resp["jingpai"]["reranked"] is True
-    assert len(ids(resp)) == 5
+def test_pages_past_the_window_continue_in_engine_order_and_url_params(setup: Setup) -> None:
+    engine = search(setup.gateway_url, setup.index, {"query": BROAD, "size": 30}, jingpai="augment")
+    window = search(setup.gateway_url, setup.index, {"query": BROAD, "size": 20})
+    beyond = search(setup.gateway_url, setup.index, {"query": BROAD}, **{"from": "20", "size": "5"})
+    assert beyond["jingpai"]["window"] == 20 and beyond["jingpai"]["reranked"] is False
+    assert beyond["jingpai"]["reason"] == "beyond_window"
+    assert ids(beyond) == ids(engine)[20:25]
+    straddling = search(setup.gateway_url, setup.index, {"query": BROAD}, **{"from": "15", "size": "10"})
+    assert straddling["jingpai"]["window"] == 20 and straddling["jingpai"]["reranked"] is True
+    assert ids(straddling) == ids(window)[15:20] + ids(engine)[20:25]
+    assert all("_jingpai" not in h for h in straddling["hits"]["hits"][5:])  # past the window: the engine's hits
 
 
 def test_ext_jingpai_is_stripped_and_applied(setup: Setup) -> None:
@@ -150,7 +149,7 @@ def test_jingpai_off_is_exactly_the_engine(setup: Setup) -> None:
     assert resp["hits"] == direct["hits"]
     assert resp["jingpai"] == {
         "mode": "off", "reranked": False, "reason": "disabled", "augmented": False, "augment_reason": None,
-        "keywords": [], "model": None, "window": None, "took_rerank_ms": None,
+        "keywords": [], "model": None, "window": None, "took_rerank_ms": None, "fusion": None,
     }
 
 

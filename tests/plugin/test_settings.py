@@ -8,9 +8,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from jingpai.plugin.commands import build_settings, gateway
+from jingpai.plugin.commands import _OPTION_FIELDS, build_settings, gateway, setting_hint
 from jingpai.plugin.rerank_client import CircuitBreaker
 from jingpai.plugin.settings import GatewayConfigError, GatewaySettings, load_config_file
+from jingpai.reranker.fusion import FusionSpec
 
 
 def settings_from(args: list[str], env: dict[str, str] | None = None, monkeypatch: pytest.MonkeyPatch | None = None) -> GatewaySettings:
@@ -43,6 +44,47 @@ def test_missing_engine_and_bad_values_exit_non_zero(tmp_path: Path) -> None:
         load_config_file(bad)
     with pytest.raises(click.ClickException, match="engine_url must be an http"):
         settings_from(["--engine", "e:9200"])
+
+
+def test_defaults_rerank_a_cpu_window_and_fuse_linearly() -> None:
+    s = settings_from(["--engine", "http://e:9200"])
+    assert (s.window, s.timeout_ms, s.fusion, s.fusion_weight, s.rrf_k) == (20, 3000, "linear", 0.5, 60)
+    assert s.fusion_for("any") == FusionSpec() == GatewaySettings(engine_url="http://e:9200").fusion_for(None)
+
+
+def test_fusion_from_cli_env_and_config_file_with_index_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "gw.toml"
+    config.write_text(
+        '[gateway]\nengine_url = "http://e:9200"\nfusion = "rrf"\nrrf_k = 30\nfusion_weight = 0.9\n'
+        '[gateway.indices."products"]\nfusion = "linear"\n[gateway.indices."logs-*"]\nfusion_weight = 0\n'
+    )
+    s = settings_from(["--config", str(config), "--rrf-k", "10"], {"JINGPAI_GATEWAY_FUSION_WEIGHT": "0.4"}, monkeypatch)
+    assert (s.fusion, s.fusion_weight, s.rrf_k) == ("rrf", 0.4, 10)
+    assert s.fusion_for("products") == FusionSpec(mode="linear", weight=0.4, rrf_k=10)
+    assert s.fusion_for("logs-2024") == FusionSpec(mode="rrf", weight=0.0, rrf_k=10)
+    assert s.fusion_for("other") == FusionSpec(mode="rrf", weight=0.4, rrf_k=10)
+
+
+def test_bad_fusion_settings_name_the_value_and_the_choices(tmp_path: Path) -> None:
+    result = CliRunner().invoke(gateway, ["--engine", "http://e:9200", "--fusion", "sum"])
+    assert result.exit_code != 0 and "'sum' is not one of 'replace', 'linear', 'rrf'" in result.output
+    with pytest.raises(click.ClickException, match=r"fusion_weight must be a number in \[0, 1\] \(the engine's weight\), got 1.5"):
+        settings_from(["--engine", "http://e:9200", "--fusion-weight", "1.5"])
+    with pytest.raises(GatewayConfigError) as info:
+        GatewaySettings(engine_url="http://e:9200", indices={"p": {"fusion": "max"}})
+    assert str(info.value) == "indices.p: fusion must be one of replace, linear, rrf, got 'max'"
+    with pytest.raises(GatewayConfigError) as info:
+        GatewaySettings(engine_url="http://e:9200", indices={"p": {"window": 3}})
+    assert str(info.value) == "unknown setting(s) ['window'] in indices.p; expected some of ['fusion', 'fusion_weight', 'rrf_k']"
+
+
+def test_setting_hints_name_the_real_option_and_env_var() -> None:
+    assert setting_hint("timeout_ms") == "--timeout-ms (env JINGPAI_GATEWAY_TIMEOUT_MS, config key timeout_ms)"
+    assert setting_hint("dict_dirs") == "--dict (env JINGPAI_GATEWAY_DICT, config key dict_dirs)"
+    assert setting_hint("seg_boost") == "config key seg_boost"
+    for param in gateway.params:
+        if param.name in _OPTION_FIELDS:
+            assert param.opts[0] in setting_hint(_OPTION_FIELDS[param.name])
 
 
 def test_circuit_breaker_opens_probes_and_closes() -> None:

@@ -96,6 +96,44 @@ def test_tei_rerank_contract(client: TestClient, model: Reranker) -> None:
     assert {rec["index"]: rec["score"] for rec in raw} == pytest.approx(dict(enumerate(expected_raw.tolist())), abs=1e-5)
 
 
+def test_tei_rerank_fuses_first_stage_scores(client: TestClient, model: Reranker) -> None:
+    model_scores = sigmoid(model.predict([(QUERY, d) for d in DOCS]))
+    engine = [3.0, 9.0, 1.0, 5.0, 7.0]
+    r = client.post("/rerank", json={"query": QUERY, "texts": DOCS, "scores": engine, "fusion": "linear", "fusion_weight": 0.25})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    served = {rec["index"]: rec["model_score"] for rec in body}
+    assert served == pytest.approx(dict(enumerate(model_scores.tolist())), abs=1e-5)
+    # (the tiny model's scores lie close together: min-max would magnify float32 rounding, so fuse the served ones)
+    engine_norm = [(e - 1.0) / 8.0 for e in engine]
+    m_low, m_high = min(served.values()), max(served.values())
+    expected = {i: 0.25 * engine_norm[i] + 0.75 * (served[i] - m_low) / (m_high - m_low) for i in range(len(DOCS))}
+    assert {rec["index"]: rec["score"] for rec in body} == pytest.approx(expected, abs=1e-6)
+    assert [rec["score"] for rec in body] == sorted((rec["score"] for rec in body), reverse=True)
+    # default fusion with scores: linear 0.5; fusion=1.0 weight keeps the first-stage order
+    engine_only = client.post("/rerank", json={"query": QUERY, "texts": DOCS, "scores": engine, "fusion_weight": 1.0}).json()
+    assert [rec["index"] for rec in engine_only] == [1, 4, 3, 0, 2]
+    rrf = client.post("/rerank", json={"query": QUERY, "texts": DOCS, "scores": engine, "fusion": "rrf", "rrf_k": 5}).json()
+    model_rank = {int(i): r for r, i in enumerate(np.argsort(-model_scores, kind="stable"), start=1)}
+    engine_rank = {1: 1, 4: 2, 3: 3, 0: 4, 2: 5}
+    assert {rec["index"]: rec["score"] for rec in rrf} == pytest.approx(
+        {i: 1 / (5 + engine_rank[i]) + 1 / (5 + model_rank[i]) for i in range(len(DOCS))}
+    )
+    plain = client.post("/rerank", json={"query": QUERY, "texts": DOCS}).json()
+    assert all("model_score" not in rec for rec in plain)
+
+
+def test_tei_rerank_fusion_errors_name_the_problem(client: TestClient) -> None:
+    r = client.post("/rerank", json={"query": "q", "texts": ["a", "b"], "scores": [1.0]})
+    assert r.status_code == 422 and r.json()["error"] == "scores holds 1 values for 2 texts; expected one per text"
+    r = client.post("/rerank", json={"query": "q", "texts": ["a"], "fusion": "linear", "fusion_weight": 0.3})
+    assert r.status_code == 422 and r.json()["error"] == "fusion, fusion_weight need scores: the first-stage scores, one per text"
+    r = client.post("/rerank", json={"query": "q", "texts": ["a"], "scores": [1.0], "fusion": "sum"})
+    assert r.status_code == 422 and r.json()["error"] == "fusion: Input should be 'replace', 'linear' or 'rrf'"
+    r = client.post("/rerank", json={"query": "q", "texts": ["a"], "scores": [1.0], "fusion_weight": 2})
+    assert r.status_code == 422 and r.json()["error"] == "fusion_weight: Input should be less than or equal to 1"
+
+
 @pytest.mark.parametrize("version", ["1", "2"])
 def test_cohere_jina_rerank_contract(client: TestClient, model: Reranker, version: str) -> None:
     expected = sigmoid(model.predict([(QUERY, d) for d in DOCS]))

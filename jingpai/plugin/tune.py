@@ -1,0 +1,415 @@
+"""``jingpai tune``: measure the gateway's fusion settings on labelled queries and pick the best.
+
+The real gateway (:func:`jingpai.plugin.gateway.create_app`) runs in-process in front of the engine and
+the reranker. For each labelled query it fetches, through the gateway:
+
+- the engine's order (``?jingpai=off``) and the augmented order (``?jingpai=augment``), ``depth`` hits;
+- the reranked window **once**, at the largest window, with ``fusion=replace``: each hit's
+  ``_jingpai.engine_rank``, ``engine_score`` and ``model_score``.
+
+Every fusion of the grid (``replace``, ``linear`` over weights, ``rrf`` over k × weights) and every
+smaller window are then computed offline with :mod:`jingpai.reranker.fusion` — the module the gateway
+itself uses — from those scores (a smaller window is the first W engine ranks of the largest; a
+cross-encoder scores each document on its own), followed by the augmented hits past the window as the
+gateway serves them. So the grid costs one rerank per query.
+
+Labelled queries come from a pairs file (``q1<TAB>q2<TAB>label``, any :func:`jingpai.reranker.data.read_pairs`
+format: every distinct question is expected in the index; each positive pair searches q1 with q1's own
+document excluded and looks for q2) or from TREC qrels + a queries file (``qid<TAB>text``; qrels name
+the index's ``_id``\\ s). Metrics (P@k, MRR, nDCG@10) come from :func:`jingpai.reranker.evaluate.evaluate_rankings`
+(trec_eval semantics: P@k is relevant-in-top-k / k).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jingpai.reranker.fusion import FusionSpec, fused_order
+
+logger = logging.getLogger(__name__)
+
+#: metric names of a tuning row, in table order
+METRICS: tuple[str, ...] = ("P@1", "P@3", "P@5", "P@10", "MRR", "nDCG@10")
+CUTOFFS: tuple[int, ...] = (1, 3, 5, 10)
+
+
+class TuneError(ValueError):
+    """Tuning cannot run: bad options, unreadable labels, nothing to evaluate (the message says which)."""
+
+
+@dataclass(frozen=True)
+class TuneSettings:
+    """What ``jingpai tune`` measures.
+
+    Args:
+        engine_url: the engine holding ``index``.
+        index: the jingpai index (or alias) searched.
+        reranker_url: ``jingpai serve``.
+        dict_dirs: keyword dictionaries for the gateway's augmentation.
+        windows: rerank windows tried.
+        weights: engine weights tried for ``linear`` and ``rrf``.
+        rrf_ks: RRF constants tried.
+        metric: the metric that picks the best settings (ties: larger model weight, then smaller window).
+        text_field: the indexed text field queried (``None``: the index's first text field).
+        limit: evaluate at most this many queries.
+        concurrency: searches sent to the gateway at once.
+        base: gateway settings (a ``--config`` file's) the tuning gateway and the written file start from.
+    """
+
+    engine_url: str
+    index: str
+    reranker_url: str
+    dict_dirs: tuple[Path, ...] = ()
+    windows: tuple[int, ...] = (10, 20, 50)
+    weights: tuple[float, ...] = tuple(round(i / 10, 1) for i in range(11))
+    rrf_ks: tuple[int, ...] = (10, 30, 60)
+    metric: str = "P@1"
+    text_field: str | None = None
+    limit: int | None = None
+    concurrency: int = 4
+    base: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise TuneError(f"--metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
+        if not self.windows or any(w < 1 for w in self.windows):
+            raise TuneError(f"windows must be integers >= 1, got {list(self.windows)}")
+        if not self.weights or any(not 0.0 <= w <= 1.0 for w in self.weights):
+            raise TuneError(f"weights must lie in [0, 1] (the engine's weight), got {list(self.weights)}")
+        if not self.rrf_ks or any(k < 1 for k in self.rrf_ks):
+            raise TuneError(f"rrf_ks must be integers >= 1, got {list(self.rrf_ks)}")
+        if self.concurrency < 1 or (self.limit is not None and self.limit < 1):
+            raise TuneError("concurrency and limit must be >= 1")
+        object.__setattr__(self, "windows", tuple(sorted(set(self.windows))))
+
+    @property
+    def depth(self) -> int:
+        """Hits ranked per query for every row: the largest window, and at least 10 (for P@10, nDCG@10)."""
+        return max(max(self.windows), max(CUTOFFS))
+
+
+@dataclass(frozen=True)
+class LabelledQuery:
+    """One query: its text, documents excluded from its results and graded relevant documents."""
+
+    qid: str
+    text: str
+    relevant: dict[str, int]
+    exclude: tuple[str, ...] = ()
+
+
+@dataclass
+class QueryRuns:
+    """What the gateway answered for one query."""
+
+    query: LabelledQuery
+    engine: list[str]
+    augmented: list[str]
+    #: the reranked window in the engine's (augmented) order: ``(id, engine_score, model_score)``
+    window: list[tuple[str, float | None, float]] | None
+
+
+@dataclass(frozen=True)
+class TuneRow:
+    """One measured setting: ``fusion`` is ``engine``/``augmented`` for the two baselines."""
+
+    fusion: str
+    window: int | None
+    weight: float | None
+    rrf_k: int | None
+    metrics: dict[str, float]
+
+    @property
+    def model_weight(self) -> float:
+        if self.fusion == "replace":
+            return 1.0
+        return 0.0 if self.weight is None else 1.0 - self.weight
+
+    def label(self) -> str:
+        if self.window is None:
+            return self.fusion
+        parts = [self.fusion, f"window {self.window}"]
+        if self.weight is not None:
+            parts.append(f"w {self.weight:g}")
+        if self.rrf_k is not None:
+            parts.append(f"k {self.rrf_k}")
+        return ", ".join(parts)
+
+
+# ---------------------------------------------------------------------------------------------- labels
+
+
+def _text_ids(engine: Any, index: str, text_field: str) -> dict[str, list[str]]:
+    ids: dict[str, list[str]] = defaultdict(list)
+    for hit in engine.scan(index, source=[text_field]):
+        text = (hit.get("_source") or {}).get(text_field)
+        if isinstance(text, str):
+            ids[text].append(hit["_id"])
+    return ids
+
+
+def queries_from_pairs(engine: Any, index: str, path: str | Path, *, text_field: str) -> list[LabelledQuery]:
+    """Retrieval queries from labelled pairs whose questions are all indexed (one document per question).
+
+    Each positive pair (q1, q2) with q1 != q2 becomes a query: search q1, exclude q1's own document(s),
+    relevant = q2's document(s). Pairs whose questions are not in the index are skipped (logged).
+
+    Raises:
+        TuneError: unreadable pairs, or no positive pair found in the index.
+    """
+    from jingpai.reranker.data import DataFormatError, read_pairs
+
+    try:
+        pairs = read_pairs(path, label_mode="binary")
+    except DataFormatError as exc:
+        raise TuneError(f"cannot read labelled pairs: {exc}") from exc
+    ids = _text_ids(engine, index, text_field)
+    queries: list[LabelledQuery] = []
+    missing = 0
+    for pair in pairs:
+        if pair.label < 1 or pair.query == pair.document:
+            continue
+        if pair.query not in ids or pair.document not in ids:
+            missing += 1
+            continue
+        relevant = {doc: 1 for doc in ids[pair.document]}
+        queries.append(LabelledQuery(f"q{len(queries)}", pair.query, relevant, exclude=tuple(ids[pair.query])))
+    if missing:
+        logger.warning("%d positive pair(s) of %s have a question not indexed in %s (field %s): skipped", missing, path, index, text_field)
+    if not queries:
+        raise TuneError(f"no positive pair of {path} has both questions in index {index!r} (field {text_field!r})")
+    return queries
+
+
+def queries_from_trec(qrels_path: str | Path, queries_path: str | Path) -> list[LabelledQuery]:
+    """Queries from a TREC qrels file and a ``qid<TAB>text`` queries file (qrels name the index's ``_id``\\ s).
+
+    Raises:
+        TuneError: a missing or malformed file, or no query with a relevant document.
+    """
+    import ir_measures
+
+    relevant: dict[str, dict[str, int]] = defaultdict(dict)
+    try:
+        for qrel in ir_measures.read_trec_qrels(str(qrels_path)):
+            if qrel.relevance > 0:
+                relevant[qrel.query_id][qrel.doc_id] = int(qrel.relevance)
+        lines = Path(queries_path).read_text(encoding="utf-8").splitlines()
+    except (OSError, ValueError, IndexError) as exc:
+        raise TuneError(f"cannot read TREC qrels {qrels_path} / queries {queries_path}: {exc}") from exc
+    queries: list[LabelledQuery] = []
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        qid, sep, text = line.partition("\t")
+        if not sep or not text.strip():
+            raise TuneError(f"{queries_path}:{n}: expected 'qid<TAB>query text', got {line[:80]!r}")
+        if relevant.get(qid):
+            queries.append(LabelledQuery(qid, text.strip(), relevant[qid]))
+    if not queries:
+        raise TuneError(f"no query of {queries_path} has a relevant document in {qrels_path}")
+    return queries
+
+
+# ---------------------------------------------------------------------------------------------- measuring
+
+
+def _search_body(query: LabelledQuery, text_field: str, size: int) -> dict:
+    clause: dict = {"match": {text_field: query.text}}
+    bool_query: dict = {"must": [clause]}
+    if query.exclude:
+        bool_query["must_not"] = [{"ids": {"values": list(query.exclude)}}]
+    return {"query": {"bool": bool_query}, "size": size, "_source": False}
+
+
+def fetch_runs(gateway_url: str, settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_field: str) -> list[QueryRuns]:
+    """Engine order, augmented order and the largest reranked window of every query, through the gateway.
+
+    A query whose rerank failed (the gateway failed open) gets ``window=None`` and is logged: its fusion
+    rows use the augmented order, as the gateway would have served it.
+    """
+    import httpx
+
+    depth, largest = settings.depth, max(settings.windows)
+    url = f"{gateway_url}/{settings.index}/_search"
+
+    def one(client: httpx.Client, query: LabelledQuery) -> QueryRuns:
+        body = _search_body(query, text_field, depth)
+
+        def search(payload: dict, **params: str) -> dict:
+            resp = client.post(url, json=payload, params=params)
+            if resp.status_code != 200:
+                raise TuneError(f"search for query {query.qid} answered HTTP {resp.status_code}: {resp.text[:300]}")
+            return resp.json()
+
+        engine = [h["_id"] for h in search(body, jingpai="off")["hits"]["hits"]]
+        augmented = [h["_id"] for h in search(body, jingpai="augment")["hits"]["hits"]]
+        reranked = search(
+            {**body, "size": largest, "ext": {"jingpai": {"window": largest, "fusion": "replace"}}}, jingpai="rerank"
+        )
+        window = None
+        if reranked["jingpai"]["reranked"]:
+            hits = sorted(reranked["hits"]["hits"], key=lambda h: h["_jingpai"]["engine_rank"])
+            window = [(h["_id"], h["_jingpai"]["engine_score"], h["_jingpai"]["model_score"]) for h in hits]
+        else:
+            logger.warning("query %s was not reranked (%s): its fusion rows use the augmented order", query.qid, reranked["jingpai"]["reason"])
+        return QueryRuns(query, engine, augmented, window)
+
+    with httpx.Client(timeout=300, trust_env=False) as client, ThreadPoolExecutor(settings.concurrency) as pool:
+        return list(pool.map(lambda q: one(client, q), queries))
+
+
+def fused_ranking(runs: QueryRuns, spec: FusionSpec, window: int, depth: int) -> list[str]:
+    """The ranking the gateway serves for ``spec`` at ``window``: the fused window, then the augmented tail."""
+    if runs.window is None:
+        return runs.augmented[:depth]
+    hits = runs.window[:window]
+    fused = spec.fuse([h[1] for h in hits], [h[2] for h in hits], engine_ranks=range(1, len(hits) + 1))
+    head = [hits[i][0] for i in fused_order(fused)]
+    shown = set(head)
+    return head + [doc for doc in runs.augmented[len(hits) :] if doc not in shown][: depth - len(head)]
+
+
+def grid(settings: TuneSettings) -> list[tuple[str, FusionSpec]]:
+    """Every fusion measured per window, in table order."""
+    specs = [("replace", FusionSpec(mode="replace"))]
+    specs += [("linear", FusionSpec(mode="linear", weight=w)) for w in settings.weights]
+    specs += [("rrf", FusionSpec(mode="rrf", weight=w, rrf_k=k)) for k in settings.rrf_ks for w in settings.weights]
+    return specs
+
+
+def measure(settings: TuneSettings, runs: Sequence[QueryRuns]) -> list[TuneRow]:
+    """The table: the engine and augmented baselines, then every fusion × window."""
+    from jingpai.reranker.evaluate import evaluate_rankings
+
+    relevant = {r.query.qid: r.query.relevant for r in runs}
+
+    def metrics(rankings: dict[str, list[str]]) -> dict[str, float]:
+        m = evaluate_rankings(rankings, relevant, cutoffs=CUTOFFS)
+        return {name: m[name] for name in METRICS}
+
+    depth = settings.depth
+    rows = [
+        TuneRow("engine", None, None, None, metrics({r.query.qid: r.engine[:depth] for r in runs})),
+        TuneRow("augmented", None, None, None, metrics({r.query.qid: r.augmented[:depth] for r in runs})),
+    ]
+    for window in settings.windows:
+        for mode, spec in grid(settings):
+            rankings = {r.query.qid: fused_ranking(r, spec, window, depth) for r in runs}
+            weight = None if mode == "replace" else spec.weight
+            rows.append(TuneRow(mode, window, weight, spec.rrf_k if mode == "rrf" else None, metrics(rankings)))
+    return rows
+
+
+def best_row(rows: Sequence[TuneRow], metric: str) -> TuneRow:
+    """The fusion row with the highest ``metric``; ties: the larger model weight, then the smaller window."""
+    candidates = [r for r in rows if r.window is not None]
+    return max(candidates, key=lambda r: (round(r.metrics[metric], 12), r.model_weight, -(r.window or 0)))
+
+
+# ---------------------------------------------------------------------------------------------- outputs
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    return json.dumps(str(value), ensure_ascii=False)  # a TOML basic string
+
+
+def settings_file(settings: TuneSettings, row: TuneRow, *, queries: int) -> str:
+    """A ``jingpai gateway --config`` file: the base settings with the best window and fusion."""
+    values: dict[str, Any] = {k: v for k, v in settings.base.items() if k != "indices"}
+    values.update({"engine_url": settings.engine_url, "reranker_url": settings.reranker_url})
+    if settings.dict_dirs:
+        values["dict_dirs"] = [str(d) for d in settings.dict_dirs]
+    values.update({"window": row.window, "fusion": row.fusion})
+    if row.weight is not None:
+        values["fusion_weight"] = row.weight
+    if row.rrf_k is not None:
+        values["rrf_k"] = row.rrf_k
+    if row.window is not None and row.window > int(values.get("max_window", 500)):
+        values["max_window"] = row.window
+    scores = ", ".join(f"{m} {row.metrics[m]:.4f}" for m in METRICS)
+    lines = [
+        f"# written by `jingpai tune` on index {settings.index}: best {settings.metric} over {queries} queries",
+        f"# {row.label()}: {scores}",
+        "[gateway]",
+    ]
+    lines += [f"{key} = {_toml_value(value)}" for key, value in values.items() if value is not None]
+    for name, overrides in (settings.base.get("indices") or {}).items():  # kept: they still win for their indices
+        lines += ["", f"[gateway.indices.{_toml_value(name)}]"] + [f"{k} = {_toml_value(v)}" for k, v in overrides.items()]
+    return "\n".join(lines) + "\n"
+
+
+def plot(rows: Sequence[TuneRow], path: str | Path, *, metric: str) -> Path:
+    """``metric`` against the engine weight, one line per window (and k for RRF), baselines dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
+    baselines = {r.fusion: r.metrics[metric] for r in rows if r.window is None}
+    largest = max(r.window for r in rows if r.window is not None)
+    replace = next((r.metrics[metric] for r in rows if r.fusion == "replace" and r.window == largest), None)
+    for ax, mode in zip(axes, ("linear", "rrf")):
+        lines: dict[tuple[int, int | None], list[tuple[float, float]]] = defaultdict(list)
+        for r in rows:
+            if r.fusion == mode and r.window is not None and r.weight is not None:
+                lines[(r.window, r.rrf_k)].append((r.weight, r.metrics[metric]))
+        for (window, k), points in sorted(lines.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
+            points.sort()
+            label = f"window {window}" + (f", k {k}" if k is not None else "")
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=label)
+        for (name, value), style in zip(baselines.items(), ("--", ":")):
+            ax.axhline(value, linestyle=style, color="grey", label=name)
+        if replace is not None:
+            ax.axhline(replace, linestyle="-.", color="black", label=f"replace, window {largest}")
+        ax.set_title(f"{mode} fusion")
+        ax.set_xlabel("engine weight w (model weight 1 − w)")
+        ax.legend(fontsize=7)
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(metric)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def run_tune(settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_field: str) -> list[TuneRow]:
+    """Start the gateway in-process, fetch every query's runs and measure the grid."""
+    from jingpai.plugin.gateway import create_app
+    from jingpai.plugin.settings import GatewaySettings
+    from jingpai.serving import serve
+
+    queries = list(queries)[: settings.limit] if settings.limit else list(queries)
+    base = {k: v for k, v in settings.base.items() if k not in ("engine_url", "reranker_url", "dict_dirs", "host", "port")}
+    largest = max(settings.windows)
+    gateway_settings = GatewaySettings(**{
+        **base, "engine_url": settings.engine_url, "reranker_url": settings.reranker_url, "dict_dirs": settings.dict_dirs,
+        "window": largest, "max_window": max(largest, int(base.get("max_window", 500))),
+        # tuning measures the model: a slow rerank must finish, not fail open
+        "timeout_ms": max(int(base.get("timeout_ms", 0)), 300_000), "meta_ttl_s": 3600.0,
+    })
+    with serve(create_app(gateway_settings), name="gateway") as server:
+        runs = fetch_runs(server.url, settings, queries, text_field=text_field)
+    return measure(settings, runs)
+
+
+__all__ = [
+    "METRICS", "LabelledQuery", "QueryRuns", "TuneError", "TuneRow", "TuneSettings", "best_row", "fetch_runs", "fused_ranking",
+    "grid", "measure", "plot", "queries_from_pairs", "queries_from_trec", "run_tune", "settings_file",
+]

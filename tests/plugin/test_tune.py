@@ -1,0 +1,127 @@
+"""``jingpai tune`` on a tiny real index on both engines, with the tiny real reranker service."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from jingpai.engine.client import Engine
+from jingpai.indexer.pipeline import IndexSettings, index_corpus
+from jingpai.plugin.commands import tune
+from jingpai.plugin.tune import LabelledQuery, TuneError, queries_from_trec
+from jingpai.plugin.settings import GatewaySettings, load_config_file
+
+pytestmark = pytest.mark.engine
+
+GROUPS = [
+    ["中国GDP增长多少", "中国经济增长速度是多少", "GDP增长率是多少"],
+    ["银行利率上调了吗", "银行利率是不是提高了", "利率上升对银行有什么影响"],
+    ["股票投资怎么入门", "新手如何投资股票", "股票市场怎么投资"],
+    ["明天北京天气怎么样", "北京明天会下雨吗"],
+]
+
+
+def pairs_file(path: Path) -> Path:
+    lines = []
+    for group in GROUPS:
+        for i, q1 in enumerate(group):
+            for q2 in group[i + 1 :]:
+                lines.append(f"{q1}\t{q2}\t1")
+    for a, b in zip(GROUPS, GROUPS[1:]):
+        lines.append(f"{a[0]}\t{b[0]}\t0")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def question_index(engine: Engine, index_name: str, dictionary, tmp_path: Path) -> str:
+    questions = [q for group in GROUPS for q in group]
+    corpus = tmp_path / "questions.jsonl"
+    corpus.write_text("".join(json.dumps({"id": f"t{n}", "text": q}, ensure_ascii=False) + "\n" for n, q in enumerate(questions)),
+                      encoding="utf-8")
+    settings = IndexSettings(index=index_name, text_fields=("text",), id_field="id", quarantine_dir=tmp_path, progress=False)
+    assert index_corpus(engine, [corpus], settings, dictionary=dictionary[0]).indexed == len(questions)
+    engine.refresh(index_name)
+    return index_name
+
+
+def direct_engine_metrics(engine: Engine, index: str, pairs: Path) -> dict[str, float]:
+    """P@1, P@10 and MRR of the engine's own BM25 order, computed here by hand."""
+    ids = {q: f"t{n}" for n, q in enumerate(q for group in GROUPS for q in group)}
+    p1 = p10 = rr = 0.0
+    n = 0
+    for line in pairs.read_text(encoding="utf-8").splitlines():
+        q1, q2, label = line.split("\t")
+        if label != "1":
+            continue
+        body = {"query": {"bool": {"must": [{"match": {"text": q1}}], "must_not": [{"ids": {"values": [ids[q1]]}}]}}, "size": 10}
+        ranked = [h["_id"] for h in engine.search(index, body)["hits"]["hits"]]
+        hit = [doc == ids[q2] for doc in ranked]
+        p1 += hit[0] if hit else 0.0
+        p10 += sum(hit) / 10
+        rr += 1 / (hit.index(True) + 1) if any(hit) else 0.0
+        n += 1
+    return {"P@1": p1 / n, "P@10": p10 / n, "MRR": rr / n}
+
+
+def test_tune_measures_the_grid_and_writes_loadable_settings(engine: Engine, question_index: str, reranker_url: str,
+                                                             dictionary, tmp_path: Path) -> None:
+    pairs = pairs_file(tmp_path / "pairs.tsv")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(tune, [
+        "--engine", engine.url, "--index", question_index, "--reranker", reranker_url, "--dict", str(dictionary[1]),
+        "--pairs", str(pairs), "--windows", "2,5", "--weights", "0,0.5,1", "--rrf-k", "10,60", "--out", str(out),
+    ])
+    assert result.exit_code == 0, result.output
+    rows = json.loads((out / "tune.json").read_text())
+    labels = [(r["fusion"], r["window"], r["weight"], r["rrf_k"]) for r in rows]
+    expected = [("engine", None, None, None), ("augmented", None, None, None)]
+    for window in (2, 5):
+        expected += [("replace", window, None, None)] + [("linear", window, w, None) for w in (0.0, 0.5, 1.0)]
+        expected += [("rrf", window, w, k) for k in (10, 60) for w in (0.0, 0.5, 1.0)]
+    assert labels == expected
+    metrics = ("P@1", "P@3", "P@5", "P@10", "MRR", "nDCG@10")
+    assert all(0.0 <= r[m] <= 1.0 for r in rows for m in metrics)
+    by_label = {(r["fusion"], r["window"], r["weight"], r["rrf_k"]): r for r in rows}
+    engine_row = by_label[("engine", None, None, None)]
+    direct = direct_engine_metrics(engine, question_index, pairs)
+    assert {m: engine_row[m] for m in direct} == pytest.approx(direct)
+    # the engine's weight 1 serves the (augmented) engine order exactly
+    for window in (2, 5):
+        assert {m: by_label[("linear", window, 1.0, None)][m] for m in metrics} == {m: by_label[("augmented", None, None, None)][m] for m in metrics}
+    assert "jingpai tune" in result.output and "nDCG@10" in result.output
+    assert (out / "tune.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    written = GatewaySettings(**load_config_file(out / "gateway.toml"))
+    best_p1 = max(r["P@1"] for r in rows if r["window"] is not None)
+    assert written.engine_url == engine.url and written.reranker_url == reranker_url
+    chosen = [r for r in rows if (r["fusion"], r["window"], r["weight"], r["rrf_k"]) ==
+              (written.fusion, written.window, None if written.fusion == "replace" else written.fusion_weight,
+               written.rrf_k if written.fusion == "rrf" else None)]
+    assert len(chosen) == 1 and chosen[0]["P@1"] == pytest.approx(best_p1)
+
+
+def test_tune_needs_one_kind_of_labels(tmp_path: Path) -> None:
+    result = CliRunner().invoke(tune, ["--engine", "http://127.0.0.1:1", "--index", "x", "--reranker", "http://127.0.0.1:2"])
+    assert result.exit_code != 0 and "give either --pairs FILE, or --qrels FILE with --queries FILE" in result.output
+    result = CliRunner().invoke(tune, [
+        "--engine", "http://127.0.0.1:1", "--index", "x", "--reranker", "http://127.0.0.1:2",
+        "--pairs", str(pairs_file(tmp_path / "p.tsv")), "--metric", "F1",
+    ])
+    assert result.exit_code != 0 and "--metric must be one of P@1, P@3, P@5, P@10, MRR, nDCG@10, got 'F1'" in result.output
+
+
+def test_trec_labels_become_queries_and_bad_lines_are_named(tmp_path: Path) -> None:
+    qrels = tmp_path / "qrels.txt"
+    qrels.write_text("1 0 d1 1\n1 0 d2 0\n2 0 d3 2\n3 0 d4 0\n")
+    queries = tmp_path / "queries.tsv"
+    queries.write_text("1\t中国GDP\n2\t银行利率\n3\t天气\n")
+    assert queries_from_trec(qrels, queries) == [
+        LabelledQuery("1", "中国GDP", {"d1": 1}), LabelledQuery("2", "银行利率", {"d3": 2}),
+    ]
+    queries.write_text("1 中国GDP\n")
+    with pytest.raises(TuneError, match=r"queries.tsv:1: expected 'qid<TAB>query text', got '1 中国GDP'"):
+        queries_from_trec(qrels, queries)
