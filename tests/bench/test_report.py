@@ -36,7 +36,10 @@ def test_quick_retrieval_report_writes_tables(engine: Engine, shared_data: Path,
 
     saved = json.loads((results / f"retrieval-afqmc-{engine.kind}.json").read_text(encoding="utf-8"))
     assert saved["meta"]["engine"] == f"{engine.kind} {engine.version}"
-    assert [r["cells"]["method"].split(" ")[0] for r in saved["rows"]] == ["BM25,", "BM25", "+"]
+    assert [r["cells"]["method"].split(" ")[0] for r in saved["rows"]] == ["BM25,", "BM25", "+", "+"]
+    assert "replace" in saved["rows"][2]["cells"]["method"] and "linear fusion" in saved["rows"][3]["cells"]["method"]
+    tuning = json.loads((results / "retrieval-tuning.json").read_text(encoding="utf-8"))
+    assert any("(chosen)" in r["cells"]["fusion"] for r in tuning["rows"])
     for row in saved["rows"]:
         assert row["cells"]["queries"] == 40
         ps = [row["cells"][f"P@{k}"] for k in (1, 3, 5, 10)]
