@@ -13,6 +13,7 @@ Examples:
     python -m bench report --quick --sections qa --out /tmp/RESULTS.md
     python -m bench report --sections retrieval --opensearch http://127.0.0.1:9250 --elasticsearch http://127.0.0.1:9251
     python -m bench report --render-only
+    python -m bench report --sections microblog --microblog-first-stage ql --data microblog.2011=DIR --max-steps 100
 """
 
 from __future__ import annotations
@@ -66,7 +67,21 @@ training with 3 seeds): `python -m bench report --sections qa,negatives --device
 tree with the negative-sampling files that the CPU leg wrote with a real engine (`out/work/negatives`); its
 printed tables were imported with `python -m bench.eval_import LOG` and the Chinese reranker it trained
 (`zh-hcan`) was copied into `out/models` for the CPU leg's gateway runs. On a CPU-only machine the GPU rows
-are skipped with the reason printed; `--quick` runs every section on small slices in minutes.
+are skipped with the reason printed unless `--epochs`/`--max-steps` shorten their training; `--quick` runs
+every section on small slices in minutes.
+
+**How to rerun on other data or with other training.** `--data KEY=PATH` (repeatable) replaces one evaluation
+set, in the default set's layout; keys: `retrieval.lcqmc`, `retrieval.afqmc` (`q1<TAB>q2<TAB>label` files),
+`qa.trecqa`, `qa.wikiqa`, `microblog.2011`, `microblog.2012` (folders with `a.toks`, `b.toks`, `sim.txt`,
+`id.txt`; Microblog's `id.txt` is the first-stage TREC run) and `negatives.pawsx` (`id<TAB>s1<TAB>s2<TAB>label`
+with a header). `--epochs N`, `--max-steps N` and `--batch-size N` override every trained recipe's settings
+(on top of its full/quick ones; such models are saved in their own folders and retrained when an override
+changes), which also runs the GPU-sized rows on a CPU. `--microblog-first-stage ql|bm25|both` (default both)
+picks what the Microblog reranker reorders: the provided query-likelihood run (as the HCAN paper; needs no
+engine) and/or BM25 from the engine. A run with any of `--data`/`--epochs`/`--max-steps`/`--batch-size`
+writes to `out/report-custom[-quick]/` and its `RESULTS.md`, not to `docs/RESULTS.md`, and every row's rerun
+command repeats its options. Example:
+`python -m bench report --sections qa --only qa.wikiqa --data qa.wikiqa=DIR --max-steps 200 --device cpu`.
 """
 
 
