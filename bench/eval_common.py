@@ -29,6 +29,21 @@ REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("JINGPAI_DATA_DIR", REPO.parent / "shared" / "data"))
 SECTIONS: tuple[str, ...] = ("retrieval", "microblog", "qa", "negatives", "speed")
 Mode = Literal["quick", "full"]
+FirstStage = Literal["ql", "bm25", "both"]
+FIRST_STAGES: tuple[str, ...] = ("ql", "bm25", "both")
+
+#: every evaluation data set a report row reads, by its ``--data`` key: default path parts under
+#: :data:`DATA_DIR` and the layout a replacement must have. One table, so the CLI validates keys
+#: against the same list the sections read through (:meth:`ReportSettings.data_file`).
+DATA_KEYS: dict[str, tuple[tuple[str, ...], str]] = {
+    "retrieval.lcqmc": (("zh", "lcqmc", "dev.tsv"), "file: q1<TAB>q2<TAB>label (0/1)"),
+    "retrieval.afqmc": (("zh", "afqmc", "dev.tsv"), "file: s1<TAB>s2<TAB>label (0/1)"),
+    "qa.trecqa": (("en", "trecqa", "raw-test"), "folder: a.toks, b.toks, sim.txt, id.txt"),
+    "qa.wikiqa": (("en", "wikiqa", "dev"), "folder: a.toks, b.toks, sim.txt, id.txt"),
+    "microblog.2011": (("en", "microblog", "trec-2011"), "folder: a.toks, b.toks, sim.txt, id.txt (TREC run lines)"),
+    "microblog.2012": (("en", "microblog", "trec-2012"), "folder: a.toks, b.toks, sim.txt, id.txt (TREC run lines)"),
+    "negatives.pawsx": (("zh", "pawsx", "dev.tsv"), "file: id<TAB>s1<TAB>s2<TAB>label with a header line"),
+}
 
 
 class ReportError(RuntimeError):
@@ -78,7 +93,7 @@ class Table:
 
     def markdown(self) -> str:
         out = [f"### {self.title}", ""]
-        for name in ("command", "data", "engine", "model", "hardware", "date", "mode"):
+        for name in ("command", "data", "engine", "model", "hardware", "date", "mode", "overrides"):
             if self.meta.get(name):
                 value = f"`{self.meta[name]}`" if name == "command" else self.meta[name]
                 out.append(f"- **{name}**: {value}")
@@ -165,6 +180,14 @@ class ReportSettings:
         engines: ``{kind: url}`` of the engines to use (sections that need one skip without it).
         only: restrict to rows whose id starts with one of these prefixes (``None``: all rows).
         retrain: ignore saved model folders and train again.
+        data: ``{key: path}`` replacing the default evaluation data of a row (keys of :data:`DATA_KEYS`,
+            ``--data KEY=PATH``); read through :meth:`data_file`.
+        epochs, max_steps, batch_size: override these training settings of *every* trained recipe, on top
+            of its full/quick settings (``None``: the recipe's own); they let the GPU-sized recipes run,
+            shorter, on a CPU, and they are part of each saved model's stamp.
+        microblog_first_stage: which first-stage run the microblog section reranks: the provided
+            query-likelihood run (``ql``, as the HCAN paper does; needs no engine), BM25 from our engine
+            through the gateway (``bm25``) or ``both``.
     """
 
     mode: Mode = "full"
@@ -176,10 +199,64 @@ class ReportSettings:
     engines: dict[str, str] = field(default_factory=dict)
     only: tuple[str, ...] | None = None
     retrain: bool = False
+    data: dict[str, Path] = field(default_factory=dict)
+    epochs: int | None = None
+    max_steps: int | None = None
+    batch_size: int | None = None
+    microblog_first_stage: FirstStage = "both"
+
+    def __post_init__(self) -> None:
+        # validated once here, so every section can trust the values (the CLI turns these into usage errors)
+        if self.mode not in ("quick", "full"):
+            raise ValueError(f"unknown mode {self.mode!r}; expected quick or full")
+        unknown = sorted(set(self.data) - set(DATA_KEYS))
+        if unknown:
+            raise ValueError(f"unknown data key(s) {', '.join(unknown)}; valid keys: {', '.join(DATA_KEYS)}")
+        for key, path in self.data.items():
+            if not Path(path).exists():
+                raise ValueError(f"data {key}={path}: the path does not exist (expected a {DATA_KEYS[key][1]})")
+        for name in ("epochs", "max_steps", "batch_size"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name} must be an integer >= 1 or None, got {value!r}")
+        if self.microblog_first_stage not in FIRST_STAGES:
+            raise ValueError(f"unknown microblog first stage {self.microblog_first_stage!r}; expected one of {', '.join(FIRST_STAGES)}")
 
     @property
     def quick(self) -> bool:
         return self.mode == "quick"
+
+    def data_file(self, key: str, default_parts: tuple[str, ...] | None = None) -> Path:
+        """The evaluation data of ``key`` (a :data:`DATA_KEYS` key, e.g. ``retrieval.lcqmc``): the
+        ``--data key=PATH`` given by the user, else ``DATA_DIR/<default_parts>`` (``None``: the parts
+        listed in :data:`DATA_KEYS`).
+
+        Raises:
+            ReportError: ``key`` is not a known data key, or the default file is missing.
+        """
+        if key not in DATA_KEYS:
+            raise ReportError(f"unknown data key {key!r}; valid keys: {', '.join(DATA_KEYS)}")
+        if key in self.data:
+            return Path(self.data[key])
+        return data_path(*(default_parts or DATA_KEYS[key][0]))
+
+    def data_description(self, key: str, default: str) -> str:
+        """A table's ``data`` text for ``key``: ``default`` (the default set's description), or the
+        user's path when ``--data`` replaced it (the default's sizes no longer apply)."""
+        return f"{self.data[key]} (--data {key}, replacing the default set)" if key in self.data else default
+
+    def train_overrides(self) -> dict[str, int]:
+        """The ``--epochs/--max-steps/--batch-size`` overrides as :class:`TrainSettings` fields."""
+        names = ("epochs", "max_steps", "batch_size")
+        return {n: getattr(self, n) for n in names if getattr(self, n) is not None}
+
+    def override_args(self, section: str | None = None) -> list[str]:
+        """CLI arguments that reproduce this run's overrides (``section``: only its ``--data`` keys)."""
+        args = [f"--data {k}={v}" for k, v in self.data.items() if section is None or k.startswith(f"{section}.")]
+        # --microblog-first-stage is left out on purpose: a row's command is also its merge key in
+        # save_table, and the default (both) reruns every microblog row, so one row keeps one command
+        args += [f"--{n.replace('_', '-')} {v}" for n, v in self.train_overrides().items()]
+        return args
 
     def wants(self, row_id: str) -> bool:
         return self.only is None or any(row_id.startswith(p) or p.startswith(row_id) for p in self.only)
@@ -193,6 +270,7 @@ class ReportSettings:
             parts.append(f"--only {row_id}")
         if self.device == "cuda":
             parts.append("--device cuda")
+        parts += self.override_args(section)
         return " ".join(parts)
 
 
@@ -225,8 +303,17 @@ def git_commit() -> str:
         return "unknown"
 
 
+def class_balance_note(what: str, metrics: dict[str, float]) -> str | None:
+    """A table note when one class of ``what`` (e.g. ``hcan seed 0 on PAWS-X``) is below 10 % accuracy:
+    a collapsed model can still show a high overall accuracy, so the report says so next to it."""
+    from jingpai.reranker.evaluate import class_balance_warning
+
+    warning = class_balance_warning(metrics)
+    return f"⚠ {what}: {warning}" if warning else None
+
+
 def base_meta(settings: ReportSettings, section: str, *, data: str, model: str, engine: str = "none", device: str | None = None) -> dict[str, str]:
-    return {
+    meta = {
         "command": settings.command(section),
         "data": data,
         "engine": engine,
@@ -235,6 +322,25 @@ def base_meta(settings: ReportSettings, section: str, *, data: str, model: str, 
         "date": f"{today()} (commit {git_commit()})",
         "mode": settings.mode,
     }
+    overrides = settings.train_overrides()
+    if overrides:  # shortened/changed training: the reader must not compare these rows with the recipe's own
+        meta["overrides"] = ", ".join(f"{k}={v}" for k, v in overrides.items()) + " on every trained recipe (rows are not the recipes' own runs)"
+    return meta
+
+
+def gpu_recipe_skip(settings: ReportSettings, device: str, *, gpu_sized: bool) -> bool:
+    """Whether a GPU-sized recipe is skipped: only in full mode on a CPU *without* ``--epochs``/``--max-steps``
+    (with them the recipe runs, shortened, on the CPU; quick mode is always small)."""
+    shortened = settings.epochs is not None or settings.max_steps is not None
+    return gpu_sized and device == "cpu" and not settings.quick and not shortened
+
+
+def gpu_skip_note(settings: ReportSettings, section: str, row_id: str, what: str, *, steps: int | None = None) -> str:
+    """The note of a skipped GPU-sized row: its size and the two ways to run it."""
+    size = f" (the full recipe is about {steps:,} optimizer steps)" if steps else ""
+    return (f"{what}: skipped on CPU{size} — rerun on a GPU with `{settings.command(section, row_id)} --device cuda`, or on this CPU with "
+            f"shortened training, e.g. `{settings.command(section, row_id)} --max-steps 200` (its time grows with the steps; "
+            f"the row is then marked as not the recipe's own run).")
 
 
 def data_path(*parts: str) -> Path:

@@ -235,8 +235,13 @@ def get_model(
     from jingpai.reranker.train import TrainSettings, seed_everything, train
 
     recipe = recipe or RECIPES[key]
-    folder = settings.models_dir / f"{key}{'-quick' if settings.quick else ''}-s{seed}"
-    stamp = json.dumps({"recipe": repr(recipe), "mode": settings.mode, "seed": seed}, sort_keys=True)
+    overrides = settings.train_overrides()
+    # an overridden run gets its own folder (e.g. ``-e1-m50``), so it never replaces the recipe's own model
+    tag = "".join(f"-{name[0]}{value}" for name, value in sorted(overrides.items()))
+    folder = settings.models_dir / f"{key}{'-quick' if settings.quick else ''}-s{seed}{tag}"
+    # the overrides are part of the stamp: a saved model trained with other overrides is retrained
+    stamp = json.dumps({"recipe": repr(recipe), "mode": settings.mode, "seed": seed, **({"overrides": overrides} if overrides else {})},
+                       sort_keys=True)
     device = torch_device(settings)
     if not settings.retrain and (folder / RECIPE_FILE).exists() and (folder / RECIPE_FILE).read_text() == stamp:
         logger.info("reusing trained model %s", folder)
@@ -249,7 +254,8 @@ def get_model(
     texts = [t for p in pairs for t in (p.query, p.document)]
     seed_everything(seed)
     model = build_model(recipe, settings, texts, seed=seed)
-    opts = {**recipe.train_settings, **(recipe.quick_settings if settings.quick else {})}
+    # full settings, quick settings on top in quick mode, the --epochs/--max-steps/--batch-size overrides on top of both
+    opts = {**recipe.train_settings, **(recipe.quick_settings if settings.quick else {}), **overrides}
     opts.setdefault("metric", "accuracy")
     opts.setdefault("bf16", device == "cuda")
     if opts["bf16"] and device == "cpu":

@@ -13,7 +13,10 @@ import logging
 import random
 from pathlib import Path
 
-from bench.eval_common import ReportError, ReportSettings, Row, Table, base_meta, data_path, mean_std, short_hardware, torch_device, zh_dictionary
+from bench.eval_common import (
+    ReportError, ReportSettings, Row, Table, base_meta, class_balance_note, data_path, gpu_recipe_skip, gpu_skip_note, mean_std, short_hardware,
+    torch_device, zh_dictionary,
+)
 from bench.eval_models import Recipe, get_model
 
 logger = logging.getLogger(__name__)
@@ -93,13 +96,14 @@ def run(settings: ReportSettings) -> list[Table]:
         if url is None:
             raise ReportError("negative sampling needs an engine (--opensearch/--elasticsearch URL) or sampled files in " + str(files["keyword"].parent))
         prepare(settings, url)
-    test = read_pairs(data_path("zh", "pawsx", "dev.tsv"), limit=300 if settings.quick else None)
+    test = read_pairs(settings.data_file("negatives.pawsx"), limit=300 if settings.quick else None)
     stats = (files["keyword"].parent / "stats.txt")
     table = Table(
         key="negatives-pawsx", section="negatives", title=f"Negative sampling — PAWS-X zh dev ({settings.mode})",
         columns=["model", "negatives", "seeds", "accuracy", "acc. positive", "acc. negative", "train pairs", "run on"],
-        meta=base_meta(settings, "negatives", data="train: LCQMC dev + OPPO dev positives + sampled negatives; test: PAWS-X zh dev"
-                       + (" (first 300)" if settings.quick else " (2,000 pairs)"),
+        meta=base_meta(settings, "negatives", data="train: LCQMC dev + OPPO dev positives + sampled negatives; test: "
+                       + settings.data_description("negatives.pawsx", "PAWS-X zh dev" + ("" if settings.quick else " (2,000 pairs)"))
+                       + (" (first 300)" if settings.quick else ""),
                        model="kwbert on a random-init 4-layer BERT (from scratch), hcan on random word vectors", device=device,
                        engine="OpenSearch (sampling only)"),
         notes=[PAPER, stats.read_text().strip() if stats.exists() else ""],
@@ -110,17 +114,20 @@ def run(settings: ReportSettings) -> list[Table]:
             row_id = f"negatives.{arch}.{strategy}"
             if not settings.wants(row_id):
                 continue
-            if recipe.base and device == "cpu" and not settings.quick:
-                table.notes.append(f"{arch}/{strategy}: skipped on CPU — training a BERT from scratch needs the GPU "
-                                   f"(`{settings.command('negatives', row_id)} --device cuda`).")
+            train_pairs = read_pairs(files[strategy])
+            if gpu_recipe_skip(settings, device, gpu_sized=recipe.base is not None):
+                steps = recipe.train_settings["epochs"] * -(-len(train_pairs) // recipe.train_settings["batch_size"])
+                table.notes.append(gpu_skip_note(settings, "negatives", row_id, f"{arch}/{strategy} (training a BERT from scratch)", steps=steps))
                 continue
             vals: dict[str, list[float]] = {"accuracy": [], "accuracy_pos": [], "accuracy_neg": []}
-            train_pairs = read_pairs(files[strategy])
             for seed in seeds:
                 model, _ = get_model(f"neg-{arch}-{strategy}", settings, seed=seed, recipe=recipe, train_pairs=lambda: train_pairs)
                 m = evaluate_model(model, test, batch_size=64)
                 for k in vals:
                     vals[k].append(m[k])
+                note = class_balance_note(f"{arch}/{strategy} seed {seed}", m)
+                if note:
+                    table.notes.append(note)
             table.rows.append(Row(
                 cells={"model": arch, "negatives": strategy if strategy == "random" else "keyword-overlap + entity replacement",
                        "seeds": len(seeds), "accuracy": mean_std(vals["accuracy"]), "acc. positive": mean_std(vals["accuracy_pos"]),

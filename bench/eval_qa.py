@@ -6,7 +6,10 @@ from __future__ import annotations
 import logging
 import time
 
-from bench.eval_common import ReportError, ReportSettings, Row, Table, base_meta, data_path, mean_std, short_hardware, torch_device
+from bench.eval_common import (
+    ReportError, ReportSettings, Row, Table, base_meta, class_balance_note, gpu_recipe_skip, gpu_skip_note, mean_std, short_hardware,
+    torch_device,
+)
 from bench.eval_models import RECIPES, get_model
 
 logger = logging.getLogger(__name__)
@@ -34,11 +37,11 @@ def run(settings: ReportSettings) -> list[Table]:
     for name, (parts, desc) in DATASETS.items():
         if not settings.wants(f"qa.{name}"):
             continue
-        test = read_pairs(data_path(*parts), limit=300 if settings.quick else None)
+        test = read_pairs(settings.data_file(f"qa.{name}", parts), limit=300 if settings.quick else None)
         table = Table(
             key=f"qa-{name}", section="qa", title=f"Answer selection — {name} ({'quick slice' if settings.quick else 'full'})",
-            columns=["model", "base", "seeds", "MAP", "MRR", "P@1", "train s/seed", "run on"],
-            meta=base_meta(settings, "qa", data=desc + (" — first 300 pairs" if settings.quick else ""),
+            columns=["model", "base", "seeds", "MAP", "MRR", "P@1", "accuracy", "acc. +", "acc. −", "train s/seed", "run on"],
+            meta=base_meta(settings, "qa", data=settings.data_description(f"qa.{name}", desc) + (" — first 300 pairs" if settings.quick else ""),
                            model="see rows; each trained on the set's train split (report_recipe.json in out/models)", device=device),
             notes=[PAPER[name], NOT_FITTING],
         )
@@ -47,14 +50,12 @@ def run(settings: ReportSettings) -> list[Table]:
             if not settings.wants(row_id):
                 continue
             recipe = RECIPES[f"{name}-{arch}"]
-            bert = recipe.base is not None
-            if bert and device == "cpu" and not settings.quick:
-                table.notes.append(f"{arch}: skipped on CPU — fine-tuning a BERT-family model on the full training set needs "
-                                   f"the GPU (rerun with `{settings.command('qa', row_id)} --device cuda`).")
+            if gpu_recipe_skip(settings, device, gpu_sized=recipe.base is not None):
+                table.notes.append(gpu_skip_note(settings, "qa", row_id, f"{arch} (fine-tuning a BERT-family model on the full training set)"))
                 continue
             # BERTCA's DF-LSTM decoder runs position by position: one seed keeps it inside the time budget
             seeds = settings.seeds[:1] if settings.quick or arch == "bertca" else settings.seeds
-            metrics: dict[str, list[float]] = {"MAP": [], "MRR": [], "P@1": []}
+            metrics: dict[str, list[float]] = {"MAP": [], "MRR": [], "P@1": [], "accuracy": [], "accuracy_pos": [], "accuracy_neg": []}
             seconds = []
             try:
                 for seed in seeds:
@@ -64,6 +65,10 @@ def run(settings: ReportSettings) -> list[Table]:
                     m = evaluate_model(model, test, batch_size=64)
                     for k in metrics:
                         metrics[k].append(m[k])
+                    # per-class accuracy beside accuracy: a model that never predicts one class is flagged
+                    note = class_balance_note(f"{arch} seed {seed} on {name}", m)
+                    if note:
+                        table.notes.append(note)
                     del model
             except (ReportError, ValueError, RuntimeError) as exc:
                 logger.exception("row %s failed", row_id)
@@ -71,7 +76,8 @@ def run(settings: ReportSettings) -> list[Table]:
                 continue
             table.rows.append(Row(
                 cells={"model": arch, "base": recipe.describe().split(";")[0].split(" on ", 1)[1], "seeds": len(seeds),
-                       **{k: mean_std(v) for k, v in metrics.items()},
+                       **{k: mean_std(metrics[k]) for k in ("MAP", "MRR", "P@1", "accuracy")},
+                       "acc. +": mean_std(metrics["accuracy_pos"]), "acc. −": mean_std(metrics["accuracy_neg"]),
                        "train s/seed": f"{sum(seconds) / len(seconds):.0f}" if all(s == s for s in seconds) else "reused",
                        "run on": short_hardware(device)},
                 command=settings.command("qa", row_id),

@@ -13,6 +13,7 @@ Examples:
     python -m bench report --quick --sections qa --out /tmp/RESULTS.md
     python -m bench report --sections retrieval --opensearch http://127.0.0.1:9250 --elasticsearch http://127.0.0.1:9251
     python -m bench report --render-only
+    python -m bench report --sections microblog --microblog-first-stage ql --data microblog.2011=DIR --max-steps 100
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pathlib import Path
 
 import click
 
-from bench.eval_common import REPO, SECTIONS, ReportError, ReportSettings, Table, load_tables, save_table
+from bench.eval_common import DATA_KEYS, FIRST_STAGES, REPO, SECTIONS, ReportError, ReportSettings, Table, load_tables, save_table
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +67,21 @@ training with 3 seeds): `python -m bench report --sections qa,negatives --device
 tree with the negative-sampling files that the CPU leg wrote with a real engine (`out/work/negatives`); its
 printed tables were imported with `python -m bench.eval_import LOG` and the Chinese reranker it trained
 (`zh-hcan`) was copied into `out/models` for the CPU leg's gateway runs. On a CPU-only machine the GPU rows
-are skipped with the reason printed; `--quick` runs every section on small slices in minutes.
+are skipped with the reason printed unless `--epochs`/`--max-steps` shorten their training; `--quick` runs
+every section on small slices in minutes.
+
+**How to rerun on other data or with other training.** `--data KEY=PATH` (repeatable) replaces one evaluation
+set, in the default set's layout; keys: `retrieval.lcqmc`, `retrieval.afqmc` (`q1<TAB>q2<TAB>label` files),
+`qa.trecqa`, `qa.wikiqa`, `microblog.2011`, `microblog.2012` (folders with `a.toks`, `b.toks`, `sim.txt`,
+`id.txt`; Microblog's `id.txt` is the first-stage TREC run) and `negatives.pawsx` (`id<TAB>s1<TAB>s2<TAB>label`
+with a header). `--epochs N`, `--max-steps N` and `--batch-size N` override every trained recipe's settings
+(on top of its full/quick ones; such models are saved in their own folders and retrained when an override
+changes), which also runs the GPU-sized rows on a CPU. `--microblog-first-stage ql|bm25|both` (default both)
+picks what the Microblog reranker reorders: the provided query-likelihood run (as the HCAN paper; needs no
+engine) and/or BM25 from the engine. A run with any of `--data`/`--epochs`/`--max-steps`/`--batch-size`
+writes to `out/report-custom[-quick]/` and its `RESULTS.md`, not to `docs/RESULTS.md`, and every row's rerun
+command repeats its options. Example:
+`python -m bench report --sections qa --only qa.wikiqa --data qa.wikiqa=DIR --max-steps 200 --device cpu`.
 """
 
 
@@ -74,6 +89,29 @@ def _engines(opensearch: str | None, elasticsearch: str | None) -> dict[str, str
     urls = {"opensearch": opensearch or os.environ.get("JINGPAI_TEST_OPENSEARCH_URL"),
             "elasticsearch": elasticsearch or os.environ.get("JINGPAI_TEST_ELASTICSEARCH_URL")}
     return {k: v for k, v in urls.items() if v}
+
+
+def parse_data_options(values: tuple[str, ...]) -> dict[str, Path]:
+    """``--data KEY=PATH`` values as ``{key: path}``; a usage error names the bad value and the valid keys.
+
+    Checked here (not only in :class:`ReportSettings`) so the message is a click usage error with the
+    option name, before any engine starts or model trains.
+    """
+    data: dict[str, Path] = {}
+    valid = ", ".join(DATA_KEYS)
+    for value in values:
+        key, sep, path = value.partition("=")
+        key, path = key.strip(), path.strip()
+        if not sep or not key or not path:
+            raise click.BadParameter(f"expected KEY=PATH, got {value!r}; valid keys: {valid}", param_hint="--data")
+        if key not in DATA_KEYS:
+            raise click.BadParameter(f"unknown data key {key!r}; valid keys: {valid}", param_hint="--data")
+        if key in data:
+            raise click.BadParameter(f"data key {key!r} given twice ({data[key]} and {path})", param_hint="--data")
+        if not Path(path).exists():
+            raise click.BadParameter(f"{key}={path}: the path does not exist (expected a {DATA_KEYS[key][1]})", param_hint="--data")
+        data[key] = Path(path)
+    return data
 
 
 def _num(cell) -> float | None:
@@ -94,14 +132,26 @@ def summarize(tables: list[Table]) -> list[str]:
                 deltas = ", ".join(f"P@{k} {d:+.3f}" for k, d in diff.items())
                 shape = "holds" if all(d > 0 for d in diff.values()) else "does not hold"
                 lines.append(f"{t.title}: {row.cells['method']} vs raw BM25: {deltas} (the paper's shape, every P@k improves, {shape}).")
-        elif t.section == "microblog" and len(rows) >= 4:
-            by = {r.cells["run"].split(" (")[0].split(" top")[0] + (" rerank" if "reranked" in r.cells["run"] else ""): r.cells for r in rows}
-            engine = next(r.cells for r in rows if "engine order" in r.cells["run"])
-            rer = next(r.cells for r in rows if "reranked" in r.cells["run"])
-            ql = next(r.cells for r in rows if "provided run, top" in r.cells["run"])
-            lines.append(f"{t.title}: MAP engine order {engine['MAP']:.4f} → reranked {rer['MAP']:.4f} (provided QL run, same depth: "
-                         f"{ql['MAP']:.4f}); P@30 {engine['P@30']:.4f} → {rer['P@30']:.4f} (QL {ql['P@30']:.4f}).")
-            del by
+        elif t.section == "microblog" and rows:
+            cells = {r.cells["run"]: r.cells for r in rows}
+
+            def find(test, cells=cells) -> dict | None:
+                return next((c for label, c in cells.items() if test(label)), None)
+
+            ql = find(lambda label: "provided run, top" in label)
+            ql_rerank = find(lambda label: label.startswith("query likelihood top") and "reranked" in label)
+            engine = find(lambda label: "engine order" in label)
+            bm25_rerank = find(lambda label: label.startswith("BM25") and "reranked" in label)
+            parts = []
+            if ql and ql_rerank:
+                parts.append(f"provided QL run MAP {ql['MAP']:.4f} → reranked {ql_rerank['MAP']:.4f}, P@30 {ql['P@30']:.4f} → "
+                             f"{ql_rerank['P@30']:.4f}")
+            if engine and bm25_rerank:
+                parts.append(f"MAP engine order {engine['MAP']:.4f} → reranked {bm25_rerank['MAP']:.4f}"
+                             + (f" (provided QL run, same depth: {ql['MAP']:.4f})" if ql and not ql_rerank else "")
+                             + f"; P@30 {engine['P@30']:.4f} → {bm25_rerank['P@30']:.4f}" + (f" (QL {ql['P@30']:.4f})" if ql and not ql_rerank else ""))
+            if parts:
+                lines.append(f"{t.title}: " + "; BM25 first stage: ".join(parts) + ".")
         elif t.section == "qa" and rows:
             best = max(rows, key=lambda r: _num(r.cells.get("MAP")) or 0.0)
             lines.append(f"{t.title}: best MAP {_num(best.cells['MAP']):.4f} / MRR {_num(best.cells['MRR']):.4f} by {best.cells['model']}"
@@ -155,9 +205,17 @@ def render(tables: list[Table], *, seeds: tuple[int, ...], plots_dir: Path | Non
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Write PNG plots next to the Markdown (docs/results/ for the full report).")
 @click.option("--render-only", is_flag=True, help="Only render the Markdown from saved tables.")
 @click.option("--retrain", is_flag=True, help="Train models again even when a saved run exists.")
+@click.option("--data", "data", multiple=True, metavar="KEY=PATH",
+              help=f"Replace one evaluation data set (repeatable). Keys: {', '.join(DATA_KEYS)}.")
+@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override the epochs of every trained recipe.")
+@click.option("--max-steps", type=click.IntRange(min=1), default=None,
+              help="Override the optimizer-step cap of every trained recipe (lets GPU-sized recipes run, shorter, on a CPU).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Override the batch size of every trained recipe.")
+@click.option("--microblog-first-stage", type=click.Choice(FIRST_STAGES), default="both", show_default=True,
+              help="Microblog: rerank the provided query-likelihood run (ql, as the HCAN paper), BM25 from the engine (bm25) or both.")
 @click.option("-v", "--verbose", count=True)
 def report(quick, sections, only, opensearch, elasticsearch, start_engines, device, seeds, results_dir, models_dir, work_dir,
-           out_file, plots, render_only, retrain, verbose) -> None:
+           out_file, plots, render_only, retrain, data, epochs, max_steps, batch_size, microblog_first_stage, verbose) -> None:
     """Run the evaluation sections and write the results report."""
     logging.basicConfig(level=logging.WARNING if not verbose else logging.INFO if verbose == 1 else logging.DEBUG,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -171,17 +229,27 @@ def report(quick, sections, only, opensearch, elasticsearch, start_engines, devi
         seed_list = tuple(int(s) for s in seeds.split(",") if s.strip())
     except ValueError as exc:
         raise click.BadParameter(f"seeds must be comma-separated integers, got {seeds!r}", param_hint="--seeds") from exc
+    data_files = parse_data_options(data)
     mode = "quick" if quick else "full"
-    results_dir = results_dir or REPO / "out" / ("report-quick" if quick else "report")
+    # a run on other data or with shortened training must not merge its rows into the published tables
+    # (out/report, docs/RESULTS.md): by default it gets its own results folder and Markdown file
+    custom = bool(data_files) or any(v is not None for v in (epochs, max_steps, batch_size))
+    results_dir = results_dir or REPO / "out" / ("report" + ("-custom" if custom else "") + ("-quick" if quick else ""))
     if out_file is None:
-        out_file = results_dir / "RESULTS.md" if quick else REPO / "docs" / "RESULTS.md"
+        out_file = results_dir / "RESULTS.md" if quick or custom else REPO / "docs" / "RESULTS.md"
     engines = _engines(opensearch, elasticsearch)
-    settings = ReportSettings(mode=mode, results_dir=results_dir, models_dir=models_dir / ("quick" if quick else ""),
-                              work_dir=work_dir / ("quick" if quick else ""), device=device, seeds=seed_list, engines=engines,
-                              only=tuple(only) or None, retrain=retrain)
+    try:
+        settings = ReportSettings(mode=mode, results_dir=results_dir, models_dir=models_dir / ("quick" if quick else ""),
+                                  work_dir=work_dir / ("quick" if quick else ""), device=device, seeds=seed_list, engines=engines,
+                                  only=tuple(only) or None, retrain=retrain, data=data_files, epochs=epochs, max_steps=max_steps,
+                                  batch_size=batch_size, microblog_first_stage=microblog_first_stage)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
     failures: list[str] = []
     if not render_only:
-        needs_engine = any(s in chosen for s in ("retrieval", "microblog", "negatives", "speed"))
+        # the microblog section reranks the provided QL run without an engine
+        engine_sections = ("retrieval", "negatives", "speed") + (("microblog",) if microblog_first_stage != "ql" else ())
+        needs_engine = any(s in chosen for s in engine_sections)
         from contextlib import ExitStack
 
         with ExitStack() as stack:
