@@ -118,7 +118,7 @@ ZH_TRAIN: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 ZH_TRAIN_ARGS = " ".join(f"--train ../shared/data/{'/'.join(parts)}" for parts, _ in ZH_TRAIN)
 USE_BI_SETTINGS = {"epochs": 2, "batch_size": 64, "lr": 1e-4, "eval_every": 400, "patience": 4, "metric": "AUC", "bf16": True}
-USE_KW_SETTINGS = {"epochs": 1, "batch_size": 64, "lr": 5e-4, "eval_every": 300, "patience": 4, "metric": "AUC", "bf16": True}
+USE_KW_SETTINGS = {"epochs": 1, "max_steps": 1200, "batch_size": 64, "lr": 5e-4, "eval_every": 300, "patience": 4, "metric": "AUC", "bf16": True}
 QUICK_USE = {"epochs": 1, "max_steps": 20, "batch_size": 32, "eval_every": 10}
 
 RECIPES: dict[str, Recipe] = {
@@ -142,7 +142,7 @@ RECIPES: dict[str, Recipe] = {
     "zh-use-kw": Recipe("use-kw", ZH_TRAIN, None, base="use", dictionary="zh", holdout=0.02, entity_negatives=0.3, start_from="zh-use-bi",
                         train_settings=USE_KW_SETTINGS, quick_settings=QUICK_USE,
                         command=f"jingpai train --model use-kw {ZH_TRAIN_ARGS} --label-mode binary --holdout 0.02 --entity-negatives 0.3 "
-                                "--dictionary DICT --config encoder_from=ZH_USE_BI_MODEL --batch-size 64 --lr 5e-4 --epochs 1 "
+                                "--dictionary DICT --config encoder_from=ZH_USE_BI_MODEL --batch-size 64 --lr 5e-4 --epochs 1 --max-steps 1200 "
                                 "--eval-every 300 --patience 4 --metric AUC --bf16"),
     "zh-cross": Recipe("cross", ((("zh", "afqmc", "train.tsv"), "raw"), (("zh", "stsb", "train.tsv"), "binary")),
                        (("zh", "afqmc", "dev.tsv"), "raw"), base="tiny-zh", config={"max_length": 96},

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.eval_common import (
-    ReportError, ReportSettings, Row, Table, base_meta, data_path, gateway, rerank_service, torch_device, zh_dictionary,
+    ReportError, ReportSettings, Row, Table, base_meta, class_balance_note, data_path, gateway, rerank_service, torch_device,
+    zh_dictionary,
 )
 from bench.eval_models import get_model
 
@@ -49,7 +50,7 @@ def build_corpus(name: str, settings: ReportSettings) -> tuple[Path, dict[str, s
     """``(jsonl path, text → id, [(query id, target id)])`` for one data set."""
     from jingpai.reranker.data import read_pairs
 
-    pairs = read_pairs(data_path(*DATASETS[name]), limit=600 if settings.quick else None)
+    pairs = read_pairs(settings.data_file(f"retrieval.{name}", DATASETS[name]), limit=600 if settings.quick else None)
     ids: dict[str, str] = {}
     for p in pairs:
         for text in (p.query, p.document):
@@ -89,7 +90,7 @@ def precision(runs: dict[str, list[str]], targets: dict[str, str]) -> dict[str, 
 def model_selection(settings: ReportSettings) -> Table:
     """Dev accuracy of the Chinese reranker candidates (how the rerank model of this section was chosen)."""
     from jingpai.reranker.data import read_pairs
-    from jingpai.reranker.evaluate import class_balance_warning, evaluate_model
+    from jingpai.reranker.evaluate import evaluate_model
 
     device = torch_device(settings)
     table = Table(
@@ -104,7 +105,8 @@ def model_selection(settings: ReportSettings) -> Table:
                "queries held out, AUC). Accuracy alone hides a collapsed model: see the per-class columns."],
     )
     keys = QUICK_RERANKERS if settings.quick else FULL_RERANKERS
-    sets = {name: read_pairs(data_path(*DATASETS[name]), limit=300 if settings.quick else None) for name in ("afqmc", "lcqmc")}
+    sets = {name: read_pairs(settings.data_file(f"retrieval.{name}", DATASETS[name]), limit=300 if settings.quick else None)
+            for name in ("afqmc", "lcqmc")}
     for key in keys:
         model, _ = get_model(key, settings, seed=0)
         cells: dict = {"model": key}
@@ -113,9 +115,9 @@ def model_selection(settings: ReportSettings) -> Table:
             up = name.upper()
             cells.update({f"{up} dev acc.": m["accuracy"], f"{up} acc. +": m["accuracy_pos"], f"{up} acc. −": m["accuracy_neg"],
                           f"{up} AUC": m["AUC"]})
-            warning = class_balance_warning(m)
-            if warning:
-                table.notes.append(f"{key} on {up} dev: {warning}")
+            note = class_balance_note(f"{key} on {up} dev", m)
+            if note:
+                table.notes.append(note)
         table.rows.append(Row(cells=cells, command=settings.command("retrieval", "retrieval.models")))
     return table
 
@@ -234,8 +236,9 @@ def run(settings: ReportSettings) -> list[Table]:
                 title=f"Question retrieval — {name.upper()} dev, {kind} ({settings.mode})",
                 columns=["method", "queries", *[f"P@{k}" for k in CUTOFFS]],
                 meta=base_meta(settings, "retrieval",
-                               data=f"{name.upper()} dev: {len(ids)} distinct questions indexed, {len(queries)} positive pairs as queries"
-                                    + (" (quick: first 600 pairs, 40 queries)" if settings.quick else ""),
+                               data=settings.data_description(
+                                   f"retrieval.{name}", f"{name.upper()} dev: {len(ids)} distinct questions indexed, {len(queries)} positive pairs "
+                                   "as queries" + (" (quick: first 600 pairs, 40 queries)" if settings.quick else "")),
                                engine=f"{engine.kind} {engine.version}", device=torch_device(settings),
                                model="; ".join(f"{key}: {info.get('folder')}" for key, (_, info) in loaded.items())
                                      + f"; dictionary {dictionary.version} (jingpai dict build: THUCNews titles 10 domains + AFQMC train questions)"),
