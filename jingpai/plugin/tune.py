@@ -221,16 +221,21 @@ def queries_from_trec(qrels_path: str | Path, queries_path: str | Path) -> list[
 # ---------------------------------------------------------------------------------------------- measuring
 
 
-def _search_body(query: LabelledQuery, text_field: str, size: int) -> dict:
-    clause: dict = {"match": {text_field: query.text}}
+def _search_body(query: LabelledQuery, text_field: str | tuple[str, ...], size: int) -> dict:
+    # several fields: a multi_match over them, as the demo UI searches
+    clause: dict = {"match": {text_field: query.text}} if isinstance(text_field, str) else {"multi_match": {"query": query.text, "fields": list(text_field)}}
     bool_query: dict = {"must": [clause]}
     if query.exclude:
         bool_query["must_not"] = [{"ids": {"values": list(query.exclude)}}]
     return {"query": {"bool": bool_query}, "size": size, "_source": False}
 
 
-def fetch_runs(gateway_url: str, settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_field: str) -> list[QueryRuns]:
+def fetch_runs(
+    gateway_url: str, settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_field: str | tuple[str, ...]
+) -> list[QueryRuns]:
     """Engine order, augmented order and the largest reranked window of every query, through the gateway.
+
+    ``text_field`` is the field queried (``match``), or a tuple of fields (``multi_match``).
 
     A query whose rerank failed (the gateway failed open) gets ``window=None`` and is logged: its fusion
     rows use the augmented order, as the gateway would have served it.
@@ -389,7 +394,7 @@ def plot(rows: Sequence[TuneRow], path: str | Path, *, metric: str) -> Path:
     return path
 
 
-def run_tune(settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_field: str) -> list[TuneRow]:
+def run_tune(settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_field: str | tuple[str, ...]) -> list[TuneRow]:
     """Start the gateway in-process, fetch every query's runs and measure the grid."""
     from jingpai.plugin.gateway import create_app
     from jingpai.plugin.settings import GatewaySettings

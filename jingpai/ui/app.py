@@ -8,8 +8,8 @@ front of its catch-all pass-through route:
 - ``GET /_jingpai/ui/api/indices`` → the indices to pick from (:class:`IndicesResponse`);
 - ``GET /_jingpai/ui/api/search?q=…&index=…`` → the same query run twice through the gateway's own
   ``/{index}/_search`` code path — ``?jingpai=off`` (engine order) and with augmentation / reranking —
-  with engine score, rerank score, places moved and the query's dictionary keywords
-  (:class:`SearchResponse`).
+  with engine score, model score, fused score, places moved, the fusion that ran and the query's
+  dictionary keywords (:class:`SearchResponse`).
 
 The API calls the gateway app in-process (``httpx.ASGITransport`` on ``request.app``), so what the UI
 shows is exactly what an Elasticsearch/OpenSearch client pointed at the gateway gets. Every UI response
@@ -119,7 +119,12 @@ class Segment(BaseModel):
 
 
 class UiHit(BaseModel):
-    """One hit as a column shows it."""
+    """One hit as a column shows it.
+
+    ``engine_score`` is the engine's ``_score`` (in a reranked column: of the augmented query, before
+    fusion), ``model_score`` the reranker's score and ``fused_score`` the gateway's fused ``_score`` that
+    orders the reranked column; the last two are ``None`` for a hit that was not reranked.
+    """
 
     id: str
     rank: int
@@ -129,7 +134,8 @@ class UiHit(BaseModel):
     date: str | None = None
     engine_score: float | None = None
     engine_rank: int | None = None
-    rerank_score: float | None = None
+    model_score: float | None = None
+    fused_score: float | None = None
     moved: int | None = None
     new: bool = False
 
@@ -156,6 +162,8 @@ class SearchResponse(BaseModel):
     augmented: bool = False
     model: str | None = None
     took_rerank_ms: float | None = None
+    #: the fusion the gateway ran (its response's ``jingpai.fusion``, e.g. ``{"mode": "linear", "weight": 0.5}``)
+    fusion: dict[str, Any] | None = None
     banner: str | None = None
 
 
@@ -443,14 +451,16 @@ async def api_search(request: Request) -> Response:
 
     jingpai_column = Column(mode=mode, total=_total(jingpai_data), took_ms=jingpai_data.get("took"))
     reranked = bool(info.get("reranked"))
-    rerank_scores: dict[str, float | None] = {}
+    model_scores: dict[str, tuple[float | None, float | None]] = {}
     for rank, hit in enumerate(jingpai_data["hits"]["hits"], start=1):
         item = _hit(hit, rank, keywords, ui, fields)
         before = engine_rank.get(item.id)
-        if reranked:
-            item.rerank_score = hit.get("_score")
-            rerank_scores[item.id] = item.rerank_score
-            item.engine_score = (hit.get("_jingpai") or {}).get("engine_score")
+        scored = hit.get("_jingpai")
+        # hits past the rerank window carry no _jingpai: they keep the engine's order and score
+        if reranked and isinstance(scored, dict):
+            item.fused_score, item.model_score = hit.get("_score"), scored.get("model_score")
+            model_scores[item.id] = (item.model_score, item.fused_score)
+            item.engine_score = scored.get("engine_score")
         else:
             item.engine_score = hit.get("_score")
         # positions are compared with the plain engine column, which is what the user sees on the left
@@ -459,7 +469,7 @@ async def api_search(request: Request) -> Response:
         item.new = before is None
         jingpai_column.hits.append(item)
     for item in engine_column.hits:
-        item.rerank_score = rerank_scores.get(item.id)
+        item.model_score, item.fused_score = model_scores.get(item.id, (None, None))
 
     banner = " ".join(b for b in (ui.banner, _banner(info, params, params.index)) if b) or None
     response = SearchResponse(
@@ -473,6 +483,7 @@ async def api_search(request: Request) -> Response:
         augmented=bool(info.get("augmented")),
         model=info.get("model"),
         took_rerank_ms=info.get("took_rerank_ms"),
+        fusion=info.get("fusion") if reranked else None,
         banner=banner,
     )
     logger.debug("UI search %r on %s (jingpai index: %s): mode %s, reranked %s", params.q, params.index, is_jingpai, mode, reranked)

@@ -12,11 +12,13 @@ Steps (each reported through ``echo``):
 3. **index** — :func:`jingpai.indexer.pipeline.index_corpus` of ``corpus`` if given, else
    ``<data dir>/zh/cnews_sample/docs.tsv`` if present (converted to JSONL), else the shipped demo
    corpus; the shipped corpus of ambiguous names is always indexed too (``<index>-entities``).
-4. **model** — ``model_dir`` if given; else a small ``cross`` model trained on pseudo-relevance pairs of
-   the indexed corpus (:mod:`jingpai.ui.demo_model`) and cached. If that fails the demo goes on without a
+4. **model** — ``model_dir`` if given; else the pretrained USE-multilingual bi-encoder (``use-bi``)
+   briefly fine-tuned on pseudo-relevance pairs of the indexed corpus (:mod:`jingpai.ui.demo_model`)
+   and cached. If that fails the demo goes on without a
    reranker and the UI shows a banner (fail-open).
 5. **reranker** — :func:`jingpai.reranker.service.create_app` under uvicorn in a thread.
-6. **gateway** — :func:`jingpai.plugin.gateway.create_app` (which serves the UI) under uvicorn in a thread.
+6. **gateway** — :func:`jingpai.plugin.gateway.create_app` (which serves the UI) under uvicorn in a thread,
+   fusing engine and model scores as ``DemoSettings.fusion`` / ``fusion_weight`` say.
 
 Example:
     >>> stack = start_demo(DemoSettings(engine_url="http://127.0.0.1:9200", port=0, reranker_port=0))  # doctest: +SKIP
@@ -39,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from jingpai.reranker.fusion import FusionMode, FusionSpec
 from jingpai.serving import ServerStartError, ServerThread
 
 logger = logging.getLogger(__name__)
@@ -88,6 +91,10 @@ class DemoSettings:
         train_budget_s: wall-clock budget of the first-run model training.
         threads: torch threads for training and serving (``None``: torch's default).
         progress: show progress bars while indexing.
+        window: engine hits the gateway reranks.
+        fusion, fusion_weight: how the gateway fuses the engine's and the model's scores (``fusion_weight``
+            is the engine's weight); the defaults were measured on the demo's pseudo-relevance tuning
+            queries with ``scripts/demo_eval.py`` (docs/demo.md).
     """
 
     kind: Literal["opensearch", "elasticsearch"] = "opensearch"
@@ -105,6 +112,9 @@ class DemoSettings:
     train_budget_s: float = 150.0
     threads: int | None = None
     progress: bool = False
+    window: int = 50
+    fusion: FusionMode = "linear"
+    fusion_weight: float = 0.8
 
     def __post_init__(self) -> None:
         from jingpai.engine.harness import ENGINE_KINDS
@@ -123,6 +133,9 @@ class DemoSettings:
             raise ValueError(f"index must be a lower-case index name (a-z, 0-9, . _ -), got {self.index!r}")
         if self.train_budget_s <= 0:
             raise ValueError(f"train_budget_s must be > 0, got {self.train_budget_s!r}")
+        if self.window < 1:
+            raise ValueError(f"window must be >= 1, got {self.window!r}")
+        FusionSpec(mode=self.fusion, weight=self.fusion_weight)  # raises FusionError (a ValueError) naming the bad value
 
     @property
     def resolved_data_dir(self) -> Path:
@@ -471,7 +484,9 @@ def start_gateway(settings: DemoSettings, engine_url: str, reranker_url: str | N
         host=settings.host,
         port=settings.port,
         dict_dirs=(dict_dir,),
-        window=50,
+        window=settings.window,
+        fusion=settings.fusion,
+        fusion_weight=settings.fusion_weight,
         # a loaded 2-core laptop must not turn every demo search into a fail-open one
         timeout_ms=3000,
     )

@@ -51,7 +51,9 @@ def test_both_columns_render_with_scores_and_marks(ui_setup, tmp_path):
     api = ui_setup.search(q="苹果 手机").json()
     assert engine == [h["id"] for h in api["engine"]["hits"]]
     assert jingpai == [h["id"] for h in api["jingpai"]["hits"]]
-    assert dom.count('class="score rerank"') >= 10
+    # per hit: engine, model and fused scores; the status line names the fusion the gateway ran
+    assert dom.count('class="score model"') >= 10 and dom.count('class="score fused"') >= 10
+    assert "fusion linear (engine weight 0.5)" in dom
     assert 'class="moved ' in dom
     assert "<mark>苹果</mark>" in dom
     assert "reranked by tiny-ui" in dom
@@ -64,7 +66,7 @@ def test_both_columns_render_with_scores_and_marks(ui_setup, tmp_path):
 def test_rerank_toggle_from_the_url(ui_setup):
     dom = chromium(page_url(ui_setup, q="苹果 手机", rerank="false"), "--dump-dom")
     assert "not reranked (augment_only)" in dom
-    assert 'class="score rerank"' not in dom
+    assert 'class="score fused"' not in dom and "fusion " not in dom
     # with rerank off the augment toggle is free again (rerank implies augmentation)
     augment = re.search(r'<input id="augment"[^>]*>', dom).group(0)
     assert "disabled" not in augment

@@ -52,7 +52,8 @@ def test_type_search_and_toggle(page, ui_setup, tmp_path):
     run_query(page, "苹果 手机")
     assert page.locator("#engine-hits .hit").count() == 10
     assert page.locator("#jingpai-hits .hit").count() == 10
-    assert page.locator("#jingpai-hits .score.rerank").count() == 10
+    assert page.locator("#jingpai-hits .score.fused").count() == 10 and page.locator("#jingpai-hits .score.model").count() == 10
+    assert "fusion linear (engine weight 0.5)" in page.locator("#status").text_content()
     assert page.locator("#status").text_content().startswith("reranked by tiny-ui")
     assert page.locator("#jingpai-hits mark").count() > 0
     assert page.locator("#augment").is_disabled()
@@ -61,7 +62,7 @@ def test_type_search_and_toggle(page, ui_setup, tmp_path):
     # rerank off: augmentation only, no rerank scores, augment toggle free again
     page.click("#rerank")
     expect(page.locator("#status")).to_have_text(re.compile(r"^not reranked \(augment_only\)"))
-    assert page.locator("#jingpai-hits .score.rerank").count() == 0
+    assert page.locator("#jingpai-hits .score.fused").count() == 0
     assert not page.locator("#augment").is_disabled()
     assert "rerank=false" in page.url
 

@@ -152,7 +152,7 @@ def test_demo_model_trains_saves_and_loads(demo_dictionary, tmp_path):
     scores = model.predict([("苹果 手机", "苹果发布新款手机"), ("苹果 手机", "小米粥养胃")])
     assert scores.shape == (2,)
     log = [json.loads(line) for line in (tmp_path / "model" / "train_log.jsonl").read_text().splitlines()]
-    assert log[0]["event"] == "start" and log[0]["architecture"] == "hcan"
+    assert log[0]["event"] == "start" and log[0]["architecture"] == "use-bi"
     # a tiny budget either finishes its calibrated steps or is cut by the deadline guard; both keep a model
     assert ("dev MAP" in summary) or ("stopped by the time budget" in summary)
 
@@ -160,13 +160,19 @@ def test_demo_model_trains_saves_and_loads(demo_dictionary, tmp_path):
 # ---------------------------------------------------------------------------------------------- end to end
 
 
+def headless_settings(engine, cache: Path, tmp_path: Path, model_dir: Path) -> DemoSettings:
+    """The demo on a test engine: free ports, a fresh index, the shipped corpus only (no data dir), a given model."""
+    return DemoSettings(
+        engine_url=engine.url, port=0, reranker_port=0, data_dir=tmp_path / "no-data", cache_dir=cache,
+        model_dir=model_dir, index=f"test-demo-{os.urandom(4).hex()}",
+    )
+
+
+
 @pytest.mark.engine
 def test_start_demo_serves_the_ui_and_stops(engine, tiny_model_dir, demo_cache, tmp_path):
-    index = f"test-demo-{os.urandom(4).hex()}"
-    settings = DemoSettings(
-        engine_url=engine.url, port=0, reranker_port=0, data_dir=tmp_path / "no-data", cache_dir=demo_cache,
-        model_dir=tiny_model_dir, index=index,
-    )
+    settings = headless_settings(engine, demo_cache, tmp_path, tiny_model_dir)
+    index = settings.index
     lines: list[str] = []
     stack = start_demo(settings, echo=lines.append)
     ui_url = stack.ui_url
@@ -223,3 +229,47 @@ def test_cli_demo_without_model_runs_until_sigint(engine, demo_cache, tmp_path):
     assert output[-3:] == ["shutting down…", "stopping the gateway", "stopped"]
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"http://127.0.0.1:{port}/_jingpai/ui/", timeout=5)
+
+
+# ---------------------------------------------------------------------------------------------- demo quality
+
+#: Apple phone stories of the shipped corpus: 4 whose title is about an Apple phone, plus the iPhone
+#: assembly in India (050) and the trade-in of old phones (052) — the corpus holds no other
+APPLE_PHONES = {"demo-043", "demo-044", "demo-049", "demo-050", "demo-052", "demo-160"}
+#: stories about the 360 security company (not Xbox 360, 风光360 or 360° panoramas)
+COMPANY_360 = {f"demo-{n:03d}" for n in [*range(1, 15), 156, 157, 158]}
+
+
+def test_entity_story_sets_match_the_corpus():
+    records = {r["id"]: r for r in read_jsonl(DEMO_CORPUS)}
+    assert all(records[i]["title"].startswith("360公司") or "360公司" in records[i]["title"] for i in COMPANY_360)
+    assert all("苹果" in records[i]["title"] and "手机" in records[i]["title"] + records[i]["content"] for i in APPLE_PHONES)
+    assert {i for i, r in records.items() if r["title"].startswith("360公司")} <= COMPANY_360
+
+
+@pytest.fixture(scope="module")
+def demo_model_dir(demo_dictionary, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The demo's default model (USE bi-encoder fine-tuned on the shipped corpus's pseudo pairs), with a
+    fixed step count so it is the same model on every machine."""
+    dictionary, _ = demo_dictionary
+    out = tmp_path_factory.mktemp("demo-use-model") / "model"
+    train_demo_model(read_jsonl(DEMO_CORPUS), dictionary, out, recipe=DemoRecipe(budget_s=900, max_steps=40, threads=2))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+def test_demo_model_and_gateway_put_the_right_entity_on_top(engine, demo_model_dir, demo_cache, tmp_path):
+    settings = headless_settings(engine, demo_cache, tmp_path, demo_model_dir)
+    index = settings.index
+    stack = start_demo(settings, echo=quiet)
+    try:
+        for query, wanted in (("苹果 手机", APPLE_PHONES), ("360公司", COMPANY_360)):
+            data = httpx.get(f"{stack.ui_url}api/search", params={"q": query, "index": index}, timeout=120).json()
+            assert data["reranked"] is True and data["model"] == "jingpai-demo-use-bi"
+            assert data["fusion"] == {"mode": settings.fusion, "weight": settings.fusion_weight}
+            top5 = [h["id"] for h in data["jingpai"]["hits"][:5]]
+            assert set(top5) <= wanted, (query, top5, [h["id"] for h in data["engine"]["hits"][:5]])
+    finally:
+        stack.stop()
+        engine.raw.indices.delete(index=f"{index}*")

@@ -46,19 +46,22 @@ def test_search_returns_both_orders_with_scores_and_moves(ui_setup):
     assert [h["id"] for h in engine["hits"]] == [h["_id"] for h in direct["hits"]["hits"]]
     assert [h["engine_score"] for h in engine["hits"]] == pytest.approx([h["_score"] for h in direct["hits"]["hits"]])
 
-    scores = [h["rerank_score"] for h in jingpai["hits"]]
+    scores = [h["fused_score"] for h in jingpai["hits"]]
     assert all(isinstance(s, float) for s in scores)
     assert scores == sorted(scores, reverse=True)
+    # the gateway's default fusion (linear, engine weight 0.5) ran, and each hit has all three scores
+    assert data["fusion"] == {"mode": "linear", "weight": 0.5}
+    assert all(isinstance(h["engine_score"], float) and isinstance(h["model_score"], float) for h in jingpai["hits"])
     for rank, hit in enumerate(jingpai["hits"], start=1):
         assert hit["rank"] == rank
         if hit["new"]:
             assert hit["engine_rank"] is None and hit["moved"] is None
         else:
             assert hit["moved"] == hit["engine_rank"] - rank
-    # a hit in both columns shows its rerank score on the engine side too
-    shared = {h["id"]: h["rerank_score"] for h in jingpai["hits"]}
+    # a hit in both columns shows its model and fused scores on the engine side too
+    shared = {h["id"]: (h["model_score"], h["fused_score"]) for h in jingpai["hits"]}
     for hit in engine["hits"]:
-        assert hit["rerank_score"] == shared.get(hit["id"])
+        assert (hit["model_score"], hit["fused_score"]) == shared.get(hit["id"], (None, None))
 
 
 def test_keywords_are_marked_in_titles_and_snippets(ui_setup):
@@ -74,7 +77,8 @@ def test_rerank_off_keeps_augmentation(ui_setup):
     assert data["jingpai"]["mode"] == "augment"
     assert data["reranked"] is False and data["reason"] == "augment_only" and data["banner"] is None
     assert data["augmented"] is True
-    assert all(h["rerank_score"] is None for h in data["jingpai"]["hits"])
+    assert all(h["model_score"] is None and h["fused_score"] is None for h in data["jingpai"]["hits"])
+    assert data["fusion"] is None
 
 
 def test_everything_off_gives_the_engine_order_twice(ui_setup):
@@ -124,7 +128,8 @@ def test_reranker_down_shows_the_fail_open_banner(ui_setup, demo_dictionary):
     assert data["reranked"] is False
     assert data["banner"].startswith(f"Reranker unavailable ({data['reason']}): the jingpai column shows the engine order (fail-open).")
     assert data["augmented"] is True
-    assert all(h["rerank_score"] is None for h in data["jingpai"]["hits"])
+    assert all(h["model_score"] is None and h["fused_score"] is None for h in data["jingpai"]["hits"])
+    assert data["fusion"] is None
 
 
 def test_no_reranker_configured_banner_and_ui_banner(ui_setup, demo_dictionary):

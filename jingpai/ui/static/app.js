@@ -78,8 +78,10 @@
     // in the jingpai column the engine score is the one of the augmented query (what was reranked)
     const engineLabel = column === "jingpai" && mode !== "off" ? "engine (augmented) " : "engine ";
     scores.appendChild(el("span", "score engine", engineLabel + fmt(hit.engine_score)));
-    if (hit.rerank_score !== null && hit.rerank_score !== undefined) {
-      scores.appendChild(el("span", "score rerank", "rerank " + fmt(hit.rerank_score)));
+    // a reranked hit: the model's own score and the fused score that placed it in the jingpai column
+    if (hit.fused_score !== null && hit.fused_score !== undefined) {
+      scores.appendChild(el("span", "score model", "model " + fmt(hit.model_score)));
+      scores.appendChild(el("span", "score fused", "fused " + fmt(hit.fused_score)));
     }
     if (column === "jingpai" && hit.engine_rank) {
       scores.appendChild(el("span", "score was", "engine #" + hit.engine_rank));
@@ -97,6 +99,16 @@
     if (column.total !== null && column.total !== undefined) parts.push(column.total + " hits");
     if (column.took_ms !== null && column.took_ms !== undefined) parts.push(column.took_ms + " ms");
     $(metaId).textContent = parts.join(" · ");
+  }
+
+  // {mode: "linear", weight: 0.5} → "fusion linear (engine weight 0.5)"; weight is the engine's share
+  function describeFusion(fusion) {
+    if (!fusion || !fusion.mode) return null;
+    const params = [];
+    if (fusion.weight !== undefined && fusion.mode !== "replace") params.push("engine weight " + fusion.weight);
+    if (fusion.rrf_k !== undefined) params.push("k " + fusion.rrf_k);
+    if (fusion.mode === "replace") params.push("model score only");
+    return "fusion " + fusion.mode + (params.length ? " (" + params.join(", ") + ")" : "");
   }
 
   function showBanner(text) {
@@ -147,6 +159,8 @@
     renderColumn("engine-hits", "engine-meta", data.engine, "engine");
     renderColumn("jingpai-hits", "jingpai-meta", data.jingpai, "jingpai");
     const bits = [data.reranked ? "reranked by " + (data.model || "the reranker") : "not reranked" + (data.reason ? " (" + data.reason + ")" : "")];
+    const fusion = describeFusion(data.fusion);
+    if (fusion) bits.push(fusion);
     if (data.took_rerank_ms !== null && data.took_rerank_ms !== undefined) bits.push("rerank " + data.took_rerank_ms + " ms");
     bits.push(data.augmented ? "augmented" : "not augmented");
     status.textContent = bits.join(" · ");
