@@ -213,7 +213,10 @@ def run(settings: ReportSettings) -> list[Table]:
         raise ReportError("retrieval needs engines: pass --opensearch/--elasticsearch or allow --start-engines")
     dict_dir = zh_dictionary(settings)
     dictionary = Dictionary.load(dict_dir)
-    keys = QUICK_RERANKERS if settings.quick else FULL_RERANKERS
+    keys = tuple(k for k in (QUICK_RERANKERS if settings.quick else FULL_RERANKERS)
+                 if any(settings.wants(f"retrieval.{name}.{kind}.rerank.{k}") for name in DATASETS for kind in settings.engines))
+    if not keys:
+        raise ReportError(f"--only {' '.join(settings.only or ())} selects no retrieval row")
     loaded = {key: get_model(key, settings, seed=0) for key in keys}
     models = {key: model for key, (model, _) in loaded.items()}
     fusions, tuning = tune_weights(settings, models, next(iter(settings.engines.values())), dict_dir)
