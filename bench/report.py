@@ -66,7 +66,8 @@ selected on a report split. The English `cross`, `kwbert` and `bertca` runs star
 beside ours without adjustment.
 
 **How it was produced.** CPU leg (2 cores, real OpenSearch 2.19 and Elasticsearch 8.19):
-`python -m bench report --sections retrieval,microblog,speed`. GPU leg (one H100, BERT-family and word-model
+`python -m bench report --sections retrieval,microblog,speed`; §1 was rerun with the USE-multilingual models,
+all trained on the same 2-core CPU (training times in docs/models.md). GPU leg (one H100, BERT-family and word-model
 training with 3 seeds): `python -m bench report --sections qa,negatives --device cuda`, run on a copy of the
 tree with the negative-sampling files that the CPU leg wrote with a real engine (`out/work/negatives`); its
 printed tables were imported with `python -m bench.eval_import LOG` and the Chinese reranker it trained

@@ -177,6 +177,17 @@ def load_dictionary(path: str | Path) -> Dictionary:
         raise ModelLoadError(f"cannot load keyword dictionary from {path}: {exc}") from exc
 
 
+def resolve_dictionary(given: Dictionary | None, *, assets: Path | None, configured: str | None) -> Dictionary | None:
+    """The keyword dictionary a keyword model uses: the one given, else a saved model's own copy (none if
+    it was saved without one), else the configured folder."""
+    if given is not None:
+        return given
+    if assets is not None:
+        # a saved model uses only the dictionary it was saved with
+        return load_dictionary(assets / DICTIONARY_DIR) if (assets / DICTIONARY_DIR).exists() else None
+    return load_dictionary(configured) if configured else None
+
+
 class KeywordBertReranker(Reranker):
     """Keyword-attentive BERT matcher; score = P(match).
 
@@ -208,13 +219,7 @@ class KeywordBertReranker(Reranker):
         if not getattr(self.tokenizer, "is_fast", False):
             raise ModelLoadError("kwbert needs a fast tokenizer (offset mappings locate keyword tokens)")
         self.net = KeywordBertNet(backbone, dropout=config.dropout).to(self.device)
-        if dictionary is None and assets is not None:
-            # a saved model uses only the dictionary it was saved with (none if it had none)
-            if (assets / DICTIONARY_DIR).exists():
-                dictionary = load_dictionary(assets / DICTIONARY_DIR)
-        elif dictionary is None and config.dictionary:
-            dictionary = load_dictionary(config.dictionary)
-        self.set_dictionary(dictionary)
+        self.set_dictionary(resolve_dictionary(dictionary, assets=assets, configured=config.dictionary))
 
     def set_dictionary(self, dictionary: Dictionary | None) -> None:
         """Use ``dictionary`` for keywords from now on (and record its version)."""

@@ -40,7 +40,7 @@ from torch import nn
 
 from jingpai.reranker.base import ModelLoadError, Pair, Reranker, RerankerConfig
 from jingpai.reranker.models.cross import soft_targets
-from jingpai.reranker.models.kwbert import DICTIONARY_DIR, SIDE_A, SIDE_B, SPECIAL, keyword_attention_mask, load_dictionary
+from jingpai.reranker.models.kwbert import DICTIONARY_DIR, SIDE_A, SIDE_B, SPECIAL, keyword_attention_mask, resolve_dictionary
 from jingpai.reranker.models.use_bi import in_batch_loss
 from jingpai.reranker.use_backbone import OUT_DIM, TOKEN_DIM, UseEncoder, UseTokenizer, pad
 
@@ -177,12 +177,7 @@ class UseKeywordReranker(Reranker):
         self.net = UseKwNet(config).to(self.device)
         if config.encoder_from and assets is None:
             self._start_from(Path(config.encoder_from))
-        if dictionary is None and assets is not None:
-            if (assets / DICTIONARY_DIR).exists():
-                dictionary = load_dictionary(assets / DICTIONARY_DIR)
-        elif dictionary is None and config.dictionary:
-            dictionary = load_dictionary(config.dictionary)
-        self.set_dictionary(dictionary)
+        self.set_dictionary(resolve_dictionary(dictionary, assets=assets, configured=config.dictionary))
 
     def _start_from(self, folder: Path) -> None:
         from jingpai.reranker.base import WEIGHTS_FILE
