@@ -73,15 +73,21 @@ class UseBiNet(nn.Module):
         return vectors[q_index], vectors[d_index]
 
 
-def encode_unique(tokenizer: UseTokenizer, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
-    """Token ids of the distinct texts of ``pairs`` plus, per pair, the row of its query and document."""
+def unique_texts(pairs: Sequence[Pair]) -> tuple[list[str], torch.Tensor, torch.Tensor]:
+    """``(distinct texts, query row per pair, document row per pair)``: a text repeated in a batch is encoded once."""
     rows: dict[str, int] = {}
     q_index, d_index = [], []
     for query, doc in pairs:
         q_index.append(rows.setdefault(query, len(rows)))
         d_index.append(rows.setdefault(doc, len(rows)))
-    ids, mask = pad(tokenizer.encode(list(rows)))
-    return {"ids": ids, "mask": mask, "q_index": torch.tensor(q_index), "d_index": torch.tensor(d_index)}
+    return list(rows), torch.tensor(q_index), torch.tensor(d_index)
+
+
+def encode_unique(tokenizer: UseTokenizer, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
+    """Token ids of the distinct texts of ``pairs`` plus, per pair, the row of its query and document."""
+    texts, q_index, d_index = unique_texts(pairs)
+    ids, mask = pad(tokenizer.encode(texts))
+    return {"ids": ids, "mask": mask, "q_index": q_index, "d_index": d_index}
 
 
 def in_batch_loss(u: torch.Tensor, v: torch.Tensor, positive: torch.Tensor, d_index: torch.Tensor, *, scale: float) -> torch.Tensor:
@@ -148,4 +154,4 @@ class UseBiEncoderReranker(Reranker):
         return pair + self.config.contrastive_weight * contrastive
 
 
-__all__ = ["UseBiConfig", "UseBiEncoderReranker", "encode_unique", "in_batch_loss"]
+__all__ = ["UseBiConfig", "UseBiEncoderReranker", "encode_unique", "in_batch_loss", "unique_texts"]

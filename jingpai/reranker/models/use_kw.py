@@ -41,7 +41,7 @@ from torch import nn
 from jingpai.reranker.base import ModelLoadError, Pair, Reranker, RerankerConfig
 from jingpai.reranker.models.cross import soft_targets
 from jingpai.reranker.models.kwbert import DICTIONARY_DIR, SIDE_A, SIDE_B, SPECIAL, keyword_attention_mask, resolve_dictionary
-from jingpai.reranker.models.use_bi import in_batch_loss
+from jingpai.reranker.models.use_bi import in_batch_loss, unique_texts
 from jingpai.reranker.use_backbone import OUT_DIM, TOKEN_DIM, UseEncoder, UseTokenizer, pad
 
 if TYPE_CHECKING:
@@ -228,12 +228,7 @@ class UseKeywordReranker(Reranker):
         return self.config.encoder_lr_scale if parameter_name.startswith("encoder.") else 1.0
 
     def featurize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
-        rows: dict[str, int] = {}
-        q_index, d_index = [], []
-        for query, doc in pairs:
-            q_index.append(rows.setdefault(query, len(rows)))
-            d_index.append(rows.setdefault(doc, len(rows)))
-        texts = list(rows)
+        texts, q_index, d_index = unique_texts(pairs)
         encoded = self.tokenizer.encode(texts)
         ids, mask = pad(encoded)
         keyword = torch.zeros_like(mask)
@@ -243,8 +238,7 @@ class UseKeywordReranker(Reranker):
             flags = self._keyword_mask(text)[: len(seq) - 2]
             if any(flags):
                 keyword[i, 1 : 1 + len(flags)] = torch.tensor(flags)
-        return {"ids": ids, "mask": mask, "special": special, "keyword": keyword,
-                "q_index": torch.tensor(q_index), "d_index": torch.tensor(d_index)}
+        return {"ids": ids, "mask": mask, "special": special, "keyword": keyword, "q_index": q_index, "d_index": d_index}
 
     def scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         logits, _, _ = self.net(**batch)
