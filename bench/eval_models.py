@@ -122,6 +122,8 @@ ZH_TRAIN_ARGS = " ".join(f"--train ../shared/data/{'/'.join(parts)}" for parts, 
 USE_BI_SETTINGS = {"epochs": 2, "batch_size": 64, "lr": 1e-4, "eval_every": 400, "patience": 4, "metric": "AUC", "bf16": True}
 USE_KW_SETTINGS = {"epochs": 1, "max_steps": 800, "batch_size": 64, "lr": 5e-4, "eval_every": 200, "patience": 4, "metric": "AUC", "bf16": True}
 QUICK_USE = {"epochs": 1, "max_steps": 20, "batch_size": 32, "eval_every": 10}
+MB_HOLDOUT = 0.25
+MB_SETTINGS = {"epochs": 1, "batch_size": 16, "lr": 3e-5, "max_steps": 300, "eval_every": 100, "patience": 2, "metric": "MAP"}
 
 RECIPES: dict[str, Recipe] = {
     **_qa_recipes("trecqa", TRECQA, "train", "raw-dev"),
@@ -152,11 +154,12 @@ RECIPES: dict[str, Recipe] = {
                        (("zh", "afqmc", "dev.tsv"), "raw"), base="tiny-zh", config={"max_length": 96},
                        train_settings={"epochs": 6, "batch_size": 64, "lr": 2e-4, "metric": "accuracy", "patience": 3, "warmup_ratio": 0.06},
                        quick_settings=QUICK_BERT),
-    # Microblog rerankers: trained on the other year's judged run (no tuning on the reported year)
+    # Microblog rerankers: trained on the other year's judged run (nothing of the reported year); a quarter of
+    # that year's queries is held out for model selection and for tuning the fusion weight (eval_microblog)
     "mb2012-cross": Recipe("cross", ((("en", "microblog", "trec-2011"), "raw"),), None, base="minilm", config={"max_length": 64},
-                           train_settings={"epochs": 1, "batch_size": 16, "lr": 3e-5, "max_steps": 300}, quick_settings=QUICK_BERT),
+                           holdout=MB_HOLDOUT, train_settings=MB_SETTINGS, quick_settings=QUICK_BERT, quick_limit=4000),
     "mb2011-cross": Recipe("cross", ((("en", "microblog", "trec-2012"), "raw"),), None, base="minilm", config={"max_length": 64},
-                           train_settings={"epochs": 1, "batch_size": 16, "lr": 3e-5, "max_steps": 300}, quick_settings=QUICK_BERT),
+                           holdout=MB_HOLDOUT, train_settings=MB_SETTINGS, quick_settings=QUICK_BERT, quick_limit=4000),
 }
 # the same HCAN with its word vectors started from the USE-multilingual piece table (vs random: zh-hcan)
 RECIPES["zh-hcan-use"] = replace(RECIPES["zh-hcan"], init_embeddings="use")

@@ -167,7 +167,7 @@ def _csv(kind: type, text: str | None, option: str) -> tuple | None:
 @click.option("--windows", metavar="W1,W2", help="Rerank windows to try (default 10,20,50).")
 @click.option("--weights", metavar="W1,W2", help="Engine weights to try for linear and rrf (default 0,0.1,…,1).")
 @click.option("--rrf-k", "rrf_ks", metavar="K1,K2", help="RRF constants to try (default 10,30,60).")
-@click.option("--metric", default="P@1", show_default=True, help="Picks the best settings: P@1, P@3, P@5, P@10, MRR or nDCG@10.")
+@click.option("--metric", default="P@1", show_default=True, help="Picks the best settings: P@1, P@3, P@5, P@10, MRR, nDCG@10 or MAP.")
 @click.option("--text-field", help="Indexed field queried and matched against the pairs' questions (default: the index's first text field).")
 @click.option("--limit", type=int, help="Evaluate at most this many queries.")
 @click.option("--concurrency", type=int, default=4, show_default=True, help="Searches sent to the gateway at once.")

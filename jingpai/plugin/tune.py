@@ -16,7 +16,7 @@ gateway serves them. So the grid costs one rerank per query.
 Labelled queries come from a pairs file (``q1<TAB>q2<TAB>label``, any :func:`jingpai.reranker.data.read_pairs`
 format: every distinct question is expected in the index; each positive pair searches q1 with q1's own
 document excluded and looks for q2) or from TREC qrels + a queries file (``qid<TAB>text``; qrels name
-the index's ``_id``\\ s). Metrics (P@k, MRR, nDCG@10) come from :func:`jingpai.reranker.evaluate.evaluate_rankings`
+the index's ``_id``\\ s). Metrics (P@k, MRR, nDCG@10, MAP over the ``depth`` hits served) come from :func:`jingpai.reranker.evaluate.evaluate_rankings`
 (trec_eval semantics: P@k is relevant-in-top-k / k).
 """
 
@@ -36,7 +36,7 @@ from jingpai.reranker.fusion import FusionSpec, fused_order
 logger = logging.getLogger(__name__)
 
 #: metric names of a tuning row, in table order
-METRICS: tuple[str, ...] = ("P@1", "P@3", "P@5", "P@10", "MRR", "nDCG@10")
+METRICS: tuple[str, ...] = ("P@1", "P@3", "P@5", "P@10", "MRR", "nDCG@10", "MAP")
 CUTOFFS: tuple[int, ...] = (1, 3, 5, 10)
 
 

@@ -247,8 +247,12 @@ def test_microblog_ql_first_stage_needs_no_engine(shared_data: Path, tmp_path: P
     assert result.exit_code == 0, result.output
     saved = json.loads((results / "microblog-2011.json").read_text(encoding="utf-8"))
     runs = [r["cells"]["run"] for r in saved["rows"]]
-    assert runs == ["query likelihood (provided run, full depth)", "query likelihood (provided run, top 20)",
-                    "query likelihood top 20 reranked by mb2011-cross (in process)"]
+    assert runs[:3] == ["query likelihood (provided run, full depth)", "query likelihood (provided run, top 20)",
+                        "query likelihood top 20 reranked by mb2011-cross (in process), replace (model score alone)"]
+    assert len(runs) == 4 and runs[3].startswith("query likelihood top 20 reranked by mb2011-cross (in process), linear fusion w=")
+    # the weight was tuned on 2012's held-out queries (the other year), and the note shows the whole curve
+    note = next(n for n in saved["notes"] if n.startswith("QL rerank (in process): engine weight w tuned on TREC Microblog 2012"))
+    assert "MAP by w: 0: " in note and ", 0.9: " in note
     for row in saved["rows"]:
         assert row["cells"]["queries"] == 8 and 0.0 < row["cells"]["MAP"] <= 1.0
         assert row["command"].startswith(f"python -m bench report --sections microblog --quick --only microblog.2011 --data microblog.2011={folder}")

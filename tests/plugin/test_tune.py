@@ -83,7 +83,7 @@ def test_tune_measures_the_grid_and_writes_loadable_settings(engine: Engine, que
         expected += [("replace", window, None, None)] + [("linear", window, w, None) for w in (0.0, 0.5, 1.0)]
         expected += [("rrf", window, w, k) for k in (10, 60) for w in (0.0, 0.5, 1.0)]
     assert labels == expected
-    metrics = ("P@1", "P@3", "P@5", "P@10", "MRR", "nDCG@10")
+    metrics = ("P@1", "P@3", "P@5", "P@10", "MRR", "nDCG@10", "MAP")
     assert all(0.0 <= r[m] <= 1.0 for r in rows for m in metrics)
     by_label = {(r["fusion"], r["window"], r["weight"], r["rrf_k"]): r for r in rows}
     engine_row = by_label[("engine", None, None, None)]
@@ -111,7 +111,7 @@ def test_tune_needs_one_kind_of_labels(tmp_path: Path) -> None:
         "--engine", "http://127.0.0.1:1", "--index", "x", "--reranker", "http://127.0.0.1:2",
         "--pairs", str(pairs_file(tmp_path / "p.tsv")), "--metric", "F1",
     ])
-    assert result.exit_code != 0 and "--metric must be one of P@1, P@3, P@5, P@10, MRR, nDCG@10, got 'F1'" in result.output
+    assert result.exit_code != 0 and "--metric must be one of P@1, P@3, P@5, P@10, MRR, nDCG@10, MAP, got 'F1'" in result.output
 
 
 def test_trec_labels_become_queries_and_bad_lines_are_named(tmp_path: Path) -> None:
