@@ -33,6 +33,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -132,6 +133,14 @@ class NodeInfo:
     log_file: Path
     alive: bool = True
     extra: dict = field(default_factory=dict)
+
+    @property
+    def port(self) -> int:
+        """The node's HTTP port on 127.0.0.1."""
+        port = urlsplit(self.url).port
+        if port is None:
+            raise EngineError(f"node URL {self.url!r} in {self.instance_dir} names no port")
+        return port
 
 
 # --------------------------------------------------------------------------- distribution
@@ -463,9 +472,14 @@ def stop(settings: EngineSettings, *, purge: bool = False) -> bool:
     return stopped
 
 
+def run_dir(cache_dir: Path | None = None) -> Path:
+    """The directory holding one instance directory (config, data, pid and state file) per started node."""
+    return (cache_dir or default_cache_dir()).resolve() / "run"
+
+
 def status(cache_dir: Path | None = None) -> list[NodeInfo]:
-    """All nodes recorded under the cache dir, running or not."""
-    root = (cache_dir or default_cache_dir()).resolve() / "run"
+    """All nodes recorded under the cache dir (one ``engine.json`` per node started), running or not."""
+    root = run_dir(cache_dir)
     nodes = []
     for meta_file in sorted(root.glob("*/engine.json")):
         inst = meta_file.parent
@@ -482,7 +496,12 @@ def status(cache_dir: Path | None = None) -> list[NodeInfo]:
                 alive=pid is not None and _pid_alive(pid, inst),
             )
         )
-    return nodes
+    return sorted(nodes, key=lambda n: (n.kind, n.port))
+
+
+def running(kind: EngineKind | None = None, cache_dir: Path | None = None) -> list[NodeInfo]:
+    """The nodes recorded under the cache dir that still run, on whatever port (of ``kind`` if given)."""
+    return [n for n in status(cache_dir) if n.alive and kind in (None, n.kind)]
 
 
 __all__ = [
@@ -495,6 +514,8 @@ __all__ = [
     "ensure_distribution",
     "free_port",
     "launch",
+    "run_dir",
+    "running",
     "start",
     "status",
     "stop",

@@ -33,7 +33,20 @@ FEW_DOCS = 20
 
 
 class BuildError(ValueError):
-    """The corpora cannot make a dictionary (too few domains or documents)."""
+    """The corpora cannot make a dictionary: too few domains, or a domain that cannot contribute a word.
+
+    Attributes:
+        domains: the domains at fault (empty when the fault is not one domain's), so that a caller
+            can name where their documents came from.
+    """
+
+    def __init__(self, message: str, *, domains: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.domains = tuple(domains)
+
+
+def _listed(items: Sequence[str], limit: int = 5) -> str:
+    return "; ".join(items[:limit]) + (f"; and {len(items) - limit} more" if len(items) > limit else "")
 
 
 @dataclass(frozen=True)
@@ -153,7 +166,9 @@ def build_dictionary(
         The fused :class:`Dictionary` (word → {domain: diff-idf}, freq = occurrences in its domains).
 
     Raises:
-        BuildError: one domain without background, or an empty domain.
+        BuildError: one domain without background, an empty domain, a domain with fewer than
+            ``min_df`` documents, or a domain that keeps no word (the message gives the likely cause
+            and :attr:`BuildError.domains` names the domains).
 
     Example:
         >>> d = build_dictionary({"finance": fin_docs, "sports": sport_docs})   # doctest: +SKIP
@@ -165,13 +180,22 @@ def build_dictionary(
         raise BuildError("no domain corpora given")
     for name, docs in domains.items():
         if not docs:
-            raise BuildError(f"domain {name!r} has no documents")
+            raise BuildError(f"domain {name!r} has no documents", domains=[name])
     if background is None and len(domains) < 2:
-        raise BuildError(f"diff-idf needs an anti-domain: give at least two domains or a background corpus (got only {next(iter(domains))!r})")
-
-    for name, docs in domains.items():
-        if len(docs) < FEW_DOCS:
-            logger.warning("domain %r has only %d documents (< %d): its diff-idf scores will be coarse", name, len(docs), FEW_DOCS)
+        raise BuildError(
+            f"diff-idf needs an anti-domain: give at least two domains or a background corpus (got only {next(iter(domains))!r})",
+            domains=list(domains),
+        )
+    # checked before the costly part: such a domain cannot keep a word, whatever its text
+    too_few = [name for name, docs in domains.items() if len(docs) < s.min_df]
+    if too_few:
+        raise BuildError(_listed([_too_few_documents(n, domains[n], s.min_df) for n in too_few]), domains=too_few)
+    few = [name for name, docs in domains.items() if len(docs) < FEW_DOCS]
+    if few:
+        logger.warning(
+            "%d domain(s) have fewer than %d documents, so their diff-idf scores will be coarse: %s",
+            len(few), FEW_DOCS, ", ".join(f"{n!r} {len(domains[n])}" for n in few[:10]) + (" …" if len(few) > 10 else ""),
+        )
     names = list(domains)
     corpora = [list(domains[n]) for n in names] + ([list(background)] if background is not None else [])
     sizes = [sum(map(len, docs)) for docs in corpora]
@@ -227,15 +251,52 @@ def _score(names, vocabulary, candidates, counted, has_background, freqs, stats,
         # vocabulary order is word order: sorted positions keep ties in word order below
         idx = np.sort(np.fromiter(map(position.__getitem__, candidates[name]), dtype=np.int64, count=len(candidates[name])))
         idx = idx[df[g, idx] >= s.min_df]
+        n_min_df = idx.shape[0]
         if idx.shape[0]:
             diff_idf(int(df[g, idx[0]]), n_docs[g], int(anti_df[idx[0]]), anti_n, smoothing=s.smoothing)  # validates the corpora
         scores = np.log(anti_n / (anti_df[idx] + s.smoothing)) - np.log(n_docs[g] / (df[g, idx] + s.smoothing))
         ok = scores >= s.min_score
         idx, scores = idx[ok], scores[ok]
         order = np.lexsort((idx, -scores))[: s.top_n]
-        stats["domains"][name]["kept"] = int(order.shape[0])
+        stats["domains"][name].update(candidates=len(candidates[name]), in_min_df=int(n_min_df), kept=int(order.shape[0]))
         rows.extend((vocabulary[i], name, round(sc, 6), freqs[vocabulary[i]]) for i, sc in zip(idx[order].tolist(), scores[order].tolist()))
+    empty = [name for name in names if not stats["domains"][name]["kept"]]
+    if empty:
+        raise BuildError(
+            _listed([_why_empty(name, stats["domains"][name], s) for name in empty])
+            + "; lower --min-count/--min-df/--min-score, or check the corpus's encoding and text column",
+            domains=empty,
+        )
     return Dictionary.from_rows(rows, params=s.to_dict(), stats=stats)
+
+
+#: a document this long in a domain of too few documents suggests a corpus that is not one document per line
+_LONG_DOC = 10_000
+
+
+def _too_few_documents(name: str, docs: Sequence[str], min_df: int) -> str:
+    longest = max(map(len, docs))
+    why = f"domain {name!r} has {len(docs)} document(s), fewer than min_df={min_df}, so none of its words can be kept"
+    if longest >= _LONG_DOC:
+        return f"{why}: its longest document is {longest:,} characters — each line is one document (one JSON object per line in .jsonl); split the text into one document per line"
+    return f"{why}: give it more documents or lower --min-df"
+
+
+def _why_empty(name: str, st: dict, s: BuildSettings) -> str:
+    """Why domain ``name`` kept no word, from its build statistics."""
+    head = f"domain {name!r} keeps no word"
+    found = st["candidates"]
+    if not found:
+        return (
+            f"{head}: its {st['docs']} documents ({st['chars']:,} characters) hold no Chinese or Latin word "
+            f"frequent enough to score (min_count={s.discovery.min_count}): text in another language or encoding, or the wrong text column?"
+        )
+    if not st["in_min_df"]:
+        return f"{head}: none of its {found} candidate words is in min_df={s.min_df} of its {st['docs']} documents"
+    return (
+        f"{head}: none of its {st['in_min_df']} candidate words scores diff-idf >= min_score={s.min_score} "
+        f"against its anti-domain (is it a copy of another domain or of the background?)"
+    )
 
 
 __all__ = ["BuildError", "BuildSettings", "build_dictionary"]

@@ -28,6 +28,7 @@ def dict_group() -> None:
 @click.option("--label-column", type=click.IntRange(min=0), default=0, show_default=True, help="0-based label column of --labelled files.")
 @click.option("--text-column", type=click.IntRange(min=0), default=1, show_default=True, help="0-based text column of --labelled files.")
 @click.option("--label-names", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, help="File naming label ids 0,1,… one per line (e.g. THUCNews classes.txt).")
+@click.option("--encoding", default="utf-8", show_default=True, help="Encoding of every corpus file (e.g. gb18030 for GBK text).")
 @click.option("--text-field", "text_fields", default="text", show_default=True, help="JSONL text field(s), comma-separated.")
 @click.option("--background", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, help="Anti-domain corpus (default: the other domains).")
 @click.option("--min-n", type=click.IntRange(min=1), default=2, show_default=True, help="Shortest new word, in characters (a Latin/digit run counts as one).")
@@ -41,7 +42,7 @@ def dict_group() -> None:
 @click.option("--min-df", type=click.IntRange(min=1), default=2, show_default=True, help="Minimum documents in the domain containing the word.")
 @click.option("--top-n", type=click.IntRange(min=1), default=5000, show_default=True, help="Words kept per domain.")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Dictionary directory to write.")
-def build(domain_specs, labelled, label_column, text_column, label_names, text_fields, background, min_n, max_n, min_count,
+def build(domain_specs, labelled, label_column, text_column, label_names, encoding, text_fields, background, min_n, max_n, min_count,
           min_pmi, min_entropy, known_words, smoothing, min_score, min_df, top_n, out_dir) -> None:
     """Build a dictionary from domain corpora and write it to --out."""
     from jingpai.keyword_dict import BuildError, BuildSettings, DiscoverySettings, build_dictionary
@@ -58,18 +59,25 @@ def build(domain_specs, labelled, label_column, text_column, label_names, text_f
             top_n=top_n,
         )
         domains: dict[str, list[str]] = {}
+        sources: dict[str, list[Path]] = {}  # where each domain's documents came from, for error messages
         for spec in domain_specs:
             name, path = _parse_domain(spec)
-            domains.setdefault(name, []).extend(read_documents(path, text_fields=fields))
+            domains.setdefault(name, []).extend(read_documents(path, text_fields=fields, encoding=encoding))
+            sources.setdefault(name, []).append(path)
         for path in labelled:
-            for name, docs in read_labelled(path, LabelledSpec(label_column, text_column, label_names)).items():
+            for name, docs in read_labelled(path, LabelledSpec(label_column, text_column, label_names), encoding=encoding).items():
                 domains.setdefault(name, []).extend(docs)
+                sources.setdefault(name, []).append(path)
         if not domains:
             raise click.UsageError("give domain corpora with --domain NAME=PATH and/or --labelled FILE")
-        bg = list(read_documents(background, text_fields=fields)) if background else None
+        bg = list(read_documents(background, text_fields=fields, encoding=encoding)) if background else None
         click.echo(f"building from {len(domains)} domains ({sum(map(len, domains.values()))} documents) …", err=True)
-        dictionary = build_dictionary(domains, background=bg, settings=settings)
-    except (ValueError, CorpusReadError, BuildError) as exc:
+        try:
+            dictionary = build_dictionary(domains, background=bg, settings=settings)
+        except BuildError as exc:
+            origin = "; ".join(f"domain {d!r} was read from {', '.join(map(str, sources[d]))}" for d in exc.domains[:5] if d in sources)
+            raise click.ClickException(f"{exc} ({origin})" if origin else str(exc)) from exc
+    except (ValueError, CorpusReadError) as exc:
         raise click.ClickException(str(exc)) from exc
     dictionary.save(out_dir)
     per = ", ".join(f"{d} {len(dictionary.domain_words(d))}" for d in dictionary.domain_names())

@@ -5,14 +5,18 @@
   names by a label-names file (one name per line, line *i* names id *i*, as THUCNews' classes.txt).
 - plain text: any other suffix, one document per line.
 
-Blank lines are skipped; anything else that cannot become a document raises :class:`CorpusReadError`
-naming the file and line.
+Files are UTF-8 unless an encoding is given. Blank lines are skipped, and so are a few undecodable
+lines (with a warning); anything else that cannot become a document raises :class:`CorpusReadError`
+naming the file and line: a directory, an empty, binary or compressed file, a file in another encoding
+(GBK is recognised and named), a file without documents, or labelled columns that look swapped.
 """
 
 from __future__ import annotations
 
+import codecs
 import json
 import logging
+import re
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -23,21 +27,113 @@ logger = logging.getLogger(__name__)
 
 
 class CorpusReadError(ValueError):
-    """A domain corpus line cannot be read (file and line named)."""
+    """A domain corpus cannot be read: not a text file, not in the expected encoding, or a line that
+    cannot become a document (file and line named)."""
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line number, text)`` of each decodable line; undecodable lines are counted and reported."""
+#: undecodable lines beyond this share of a file's lines mean the file is in another encoding (an
+#: error), not that a few lines are corrupt (skipped with a warning)
+MAX_UNDECODABLE_SHARE = 0.01
+#: bytes read from the start of a file to tell text from binary or compressed data
+_SNIFF_BYTES = 8192
+#: a labelled file with at least this many rows and more distinct labels than half its rows has its
+#: label and text columns swapped: real domains hold many documents each
+SWAPPED_MIN_ROWS = 20
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+
+
+def check_encoding(encoding: str) -> str:
+    """``encoding``'s canonical name if corpora can be read in it (known, and ``\\n`` is the byte ``\\n``).
+
+    Raises:
+        ValueError: an unknown encoding, or one such as UTF-16 whose lines cannot be split on bytes.
+    """
+    try:
+        name = codecs.lookup(encoding).name
+    except LookupError as exc:
+        raise ValueError(f"unknown encoding {encoding!r}; expected a Python codec name such as utf-8, gb18030, big5") from exc
+    if "\n".encode(name) != b"\n":
+        raise ValueError(
+            f"encoding {encoding!r} is not supported (lines are split on the byte \\n); "
+            f"convert the file with `iconv -f {encoding} -t UTF-8`"
+        )
+    return name
+
+
+def _check_file(path: Path, what: str) -> None:
+    """Raise :class:`CorpusReadError` unless ``path`` is a non-empty file that does not look binary."""
+    if path.is_dir():
+        inside = sorted(p.name for p in path.iterdir())
+        shown = f"holding {', '.join(inside[:3])}{', …' if len(inside) > 3 else ''}" if inside else "empty"
+        raise CorpusReadError(f"{what} {path} is a directory ({shown}), not a file; give one file per corpus")
+    if not path.exists():
+        raise CorpusReadError(f"{what} {path} does not exist")
+    if not path.is_file():
+        raise CorpusReadError(f"{what} {path} is not a regular file")
+    if path.stat().st_size == 0:
+        raise CorpusReadError(f"{what} {path} is empty")
+    with path.open("rb") as fh:
+        head = fh.read(_SNIFF_BYTES)
+    if head.startswith(b"\x1f\x8b"):
+        raise CorpusReadError(f"{what} {path} is gzip-compressed; decompress it first (gunzip -k {path})")
+    if head.startswith(b"PK\x03\x04"):
+        raise CorpusReadError(f"{what} {path} is a zip archive; unzip it and give the text file inside")
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise CorpusReadError(f"{what} {path} is UTF-16 text; convert it with `iconv -f UTF-16 -t UTF-8 {path} > {path}.utf8`")
+    nul = head.find(b"\0")
+    if nul >= 0:
+        raise CorpusReadError(
+            f"{what} {path} looks binary, not text (NUL byte at offset {nul}); give a UTF-8 text file "
+            f"(if it is UTF-16 text, convert it with `iconv -f UTF-16 -t UTF-8`)"
+        )
+
+
+def _not_decodable(path: Path, encoding: str, bad: list[int], lines: int, sample: bytes) -> str:
+    """The error for a file in another encoding than ``encoding``, with a guess if the text reads as GB18030."""
+    where = f"{path}:{bad[0]}: not {encoding.upper().replace('_', '-')}: {len(bad)} of {lines} non-blank lines cannot be decoded"
+    # GBK/GB18030 is by far the most common legacy encoding of Chinese corpora; a trial decode that
+    # yields Han text is a safe guess, where a general detector is unreliable on one short line
+    try:
+        guess = sample.decode("gb18030").strip()
+    except UnicodeDecodeError:
+        guess = ""
+    if encoding != "gb18030" and _HAN.search(guess):
+        return (
+            f"{where}; it reads as GBK/GB18030 ({guess[:20]!r}): convert it with "
+            f"`iconv -f GB18030 -t UTF-8 {path} > {path}.utf8` or pass --encoding gb18030"
+        )
+    try:
+        utf8 = sample.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        utf8 = ""
+    if utf8:
+        return f"{where}; it reads as UTF-8 ({utf8[:20]!r}): leave out --encoding {encoding}, or convert every corpus file to one encoding"
+    return f"{where}; convert it to UTF-8 with `iconv -f ENCODING -t UTF-8 {path}` or pass --encoding ENCODING"
+
+
+def _lines(path: Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of each decodable line.
+
+    A few undecodable lines (at most :data:`MAX_UNDECODABLE_SHARE` of the non-blank ones) are skipped
+    and reported; more raise :class:`CorpusReadError` once the file is read: it is in another encoding.
+    """
     bad: list[int] = []
+    sample = b""
+    lines = 0
     with path.open("rb") as fh:
         for number, raw in enumerate(fh, start=1):
+            if raw.strip():
+                lines += 1
             try:
-                yield number, raw.decode("utf-8").rstrip("\r\n")
+                yield number, raw.decode(encoding).rstrip("\r\n")
             except UnicodeDecodeError:
                 bad.append(number)
+                sample = sample or raw
+    if len(bad) > MAX_UNDECODABLE_SHARE * lines:
+        raise CorpusReadError(_not_decodable(path, encoding, bad, lines, sample))
     if bad:
         shown = ", ".join(map(str, bad[:10])) + (" …" if len(bad) > 10 else "")
-        logger.warning("%s: skipped %d line(s) that are not valid UTF-8: line %s", path, len(bad), shown)
+        logger.warning("%s: skipped %d line(s) that are not valid %s: line %s", path, len(bad), encoding.upper().replace("_", "-"), shown)
 
 
 @dataclass(frozen=True)
@@ -55,18 +151,23 @@ class LabelledSpec:
     label_names: Path | None = None
 
 
-def read_documents(path: str | Path, *, text_fields: Sequence[str] = ("text",)) -> Iterator[str]:
-    """Documents of one domain corpus file (JSONL by suffix ``.jsonl``/``.ndjson``, else one per line)."""
+def read_documents(path: str | Path, *, text_fields: Sequence[str] = ("text",), encoding: str = "utf-8") -> Iterator[str]:
+    """Documents of one domain corpus file (JSONL by suffix ``.jsonl``/``.ndjson``, else one per line).
+
+    Raises:
+        CorpusReadError: not a non-empty text file, not in ``encoding``, no documents, or a bad JSON line.
+        ValueError: an unusable ``encoding`` (see :func:`check_encoding`).
+    """
     path = Path(path)
-    if not path.is_file():
-        raise CorpusReadError(f"corpus file {path} does not exist")
+    encoding = check_encoding(encoding)
+    _check_file(path, "corpus file")
     is_json = path.suffix.lower() in (".jsonl", ".ndjson")
-    if path.stat().st_size == 0:
-        raise CorpusReadError(f"corpus file {path} is empty")
-    for number, line in _lines(path):
+    count = 0
+    for number, line in _lines(path, encoding):
         line = line.strip()
         if not line:
             continue
+        count += 1
         if not is_json:
             yield line
             continue
@@ -79,20 +180,34 @@ def read_documents(path: str | Path, *, text_fields: Sequence[str] = ("text",)) 
         if not texts:
             raise CorpusReadError(f"{path}:{number}: expected a string in field(s) {', '.join(text_fields)}")
         yield "\n".join(texts)
+    if not count:
+        raise CorpusReadError(f"corpus file {path} has no documents: every line is blank")
 
 
-def read_labelled(path: str | Path, spec: LabelledSpec | None = None) -> dict[str, list[str]]:
-    """``{domain: [documents]}`` from one labelled TSV file."""
+def _swap_hint(spec: LabelledSpec) -> str:
+    return f"try --label-column {spec.text_column} --text-column {spec.label_column}"
+
+
+def read_labelled(path: str | Path, spec: LabelledSpec | None = None, *, encoding: str = "utf-8") -> dict[str, list[str]]:
+    """``{domain: [documents]}`` from one labelled TSV file.
+
+    Raises:
+        CorpusReadError: not a non-empty text file, not in ``encoding``, a row without the columns or
+            with an unknown label id, no rows, or label and text columns that look swapped (more
+            distinct labels than half the rows).
+        ValueError: an unusable ``encoding`` (see :func:`check_encoding`).
+    """
     spec = spec or LabelledSpec()
     path = Path(path)
-    if not path.is_file():
-        raise CorpusReadError(f"labelled corpus {path} does not exist")
+    encoding = check_encoding(encoding)
+    _check_file(path, "labelled corpus")
     names: list[str] | None = None
     if spec.label_names is not None:
         names = [n.strip() for n in Path(spec.label_names).read_text(encoding="utf-8").splitlines() if n.strip()]
     need = max(spec.label_column, spec.text_column) + 1
     domains: dict[str, list[str]] = defaultdict(list)
-    for number, line in _lines(path):
+    first: tuple[int, str, str] | None = None
+    for number, line in _lines(path, encoding):
         if not line.strip():
             continue
         parts = line.split("\t")
@@ -106,13 +221,34 @@ def read_labelled(path: str | Path, spec: LabelledSpec | None = None) -> dict[st
             try:
                 label = names[int(label)]
             except (ValueError, IndexError) as exc:
+                if text.isdigit():
+                    hint = f"; column {spec.text_column} holds {text!r}: are the label and text columns swapped? {_swap_hint(spec)}"
+                elif first is None:
+                    hint = "; is it a header row? remove it"
+                else:
+                    hint = ""
                 raise CorpusReadError(
-                    f"{path}:{number}: label {label!r} is not an id 0..{len(names) - 1} of {spec.label_names}"
+                    f"{path}:{number}: label {label!r} is not an id 0..{len(names) - 1} of {spec.label_names}{hint}"
                 ) from exc
         if not label or not text:
             raise CorpusReadError(f"{path}:{number}: empty label or text")
+        first = first or (number, label, text)
         domains[label].append(text)
+    if first is None:
+        raise CorpusReadError(f"labelled corpus {path} has no rows: every line is blank")
+    rows = sum(map(len, domains.values()))
+    if rows >= SWAPPED_MIN_ROWS and len(domains) > rows / 2:
+        # one warning per one-document "domain" would bury the cause under thousands of lines
+        raise CorpusReadError(
+            f"{path}: {len(domains)} distinct labels in {rows} rows: nearly every row has a label of its own, "
+            f"so the label and text columns look swapped (line {first[0]}: label {first[1][:30]!r} in column "
+            f"{spec.label_column}, text {first[2][:30]!r} in column {spec.text_column}); {_swap_hint(spec)}"
+        )
+    if len(domains[first[1]]) == 1 and len(domains) > 1:
+        # a header row ("label<TAB>text") would be a domain of one document, which cannot keep a word
+        logger.warning("%s:%d: skipped as a header row: its label %r labels no other row", path, first[0], first[1])
+        del domains[first[1]]
     return dict(domains)
 
 
-__all__ = ["CorpusReadError", "LabelledSpec", "read_documents", "read_labelled"]
+__all__ = ["CorpusReadError", "LabelledSpec", "check_encoding", "read_documents", "read_labelled"]

@@ -128,19 +128,62 @@ def test_parallel_build_gives_the_same_dictionary(shared_data: Path) -> None:
 
 def test_undecodable_and_empty_input_is_reported(tmp_path: Path, caplog) -> None:
     f = tmp_path / "docs.txt"
-    f.write_bytes("基金净值\n".encode() + b"\xff\xfe bad\n" + "球队\n".encode())
+    f.write_bytes("基金净值\n".encode() * 100 + b"\xff\xfe bad\n" + "球队\n".encode())
     with caplog.at_level("WARNING", logger="jingpai.keyword_dict.corpus"):
-        assert list(read_documents(f)) == ["基金净值", "球队"]
-    assert "docs.txt: skipped 1 line(s) that are not valid UTF-8: line 2" in caplog.text
+        assert list(read_documents(f)) == ["基金净值"] * 100 + ["球队"]
+    assert "docs.txt: skipped 1 line(s) that are not valid UTF-8: line 101" in caplog.text
+    # past 1 % of the lines it is not corruption but another encoding: an error, not a skip
+    gbk = tmp_path / "gbk.txt"
+    gbk.write_bytes("基金净值\n".encode() * 98 + "球队训练\n".encode("gbk") * 2)
+    with pytest.raises(CorpusReadError, match=r"gbk.txt:99: not UTF-8: 2 of 100 non-blank lines cannot be decoded; it reads as GBK/GB18030 \('球队训练'\)"):
+        list(read_documents(gbk))
     empty = tmp_path / "empty.txt"
     empty.write_text("")
     with pytest.raises(CorpusReadError, match="corpus file .*empty.txt is empty"):
         list(read_documents(empty))
+    blank = tmp_path / "blank.jsonl"
+    blank.write_text("\n\n")
+    with pytest.raises(CorpusReadError, match="corpus file .*blank.jsonl has no documents: every line is blank"):
+        list(read_documents(blank))
     with pytest.raises(CorpusReadError, match="corpus file .*missing.txt does not exist"):
         list(read_documents(tmp_path / "missing.txt"))
 
 
-def test_few_documents_warn(caplog) -> None:
+def test_labelled_header_row_is_skipped_and_swapped_ids_are_hinted(tmp_path: Path, caplog) -> None:
+    tsv = tmp_path / "l.tsv"
+    tsv.write_text("label\ttext\n体育\t湖人赢球\n体育\t火箭输球\n财经\t基金上涨\n", encoding="utf-8")
+    with caplog.at_level("WARNING", logger="jingpai.keyword_dict.corpus"):
+        assert read_labelled(tsv) == {"体育": ["湖人赢球", "火箭输球"], "财经": ["基金上涨"]}
+    assert "l.tsv:1: skipped as a header row: its label 'label' labels no other row" in caplog.text
+    names = tmp_path / "names.txt"
+    names.write_text("finance\nsports\n")
+    swapped = tmp_path / "swapped.tsv"
+    swapped.write_text("0\t基金\n1\t球队\n", encoding="utf-8")
+    with pytest.raises(CorpusReadError, match=r"swapped.tsv:1: label '基金' is not an id 0..1 of .*names.txt; column 0 holds '0': "
+                       r"are the label and text columns swapped\? try --label-column 0 --text-column 1"):
+        read_labelled(swapped, LabelledSpec(label_column=1, text_column=0, label_names=names))
+    header = tmp_path / "header.tsv"
+    header.write_text("text\tlabel\n基金\t0\n", encoding="utf-8")
+    with pytest.raises(CorpusReadError, match=r"header.tsv:1: label 'label' is not an id 0..1 of .*names.txt; is it a header row\? remove it"):
+        read_labelled(header, LabelledSpec(label_column=1, text_column=0, label_names=names))
+
+
+def test_few_documents_warn_once(caplog) -> None:
     with caplog.at_level("WARNING", logger="jingpai.keyword_dict.build"):
-        build_dictionary({"finance": ["基金净值上涨"] * 3, "sports": ["球队客场取胜"] * 3}, settings=BuildSettings(min_df=1))
-    assert "domain 'finance' has only 3 documents (< 20)" in caplog.text
+        build_dictionary(
+            {"finance": ["基金净值上涨"] * 3, "sports": ["球队客场取胜"] * 3, "tech": ["芯片新品发布"] * 4}, settings=BuildSettings(min_df=1)
+        )
+    assert [r.getMessage() for r in caplog.records] == [
+        "3 domain(s) have fewer than 20 documents, so their diff-idf scores will be coarse: 'finance' 3, 'sports' 3, 'tech' 4"
+    ]
+
+
+def test_domain_that_cannot_keep_a_word_is_an_error() -> None:
+    with pytest.raises(BuildError, match=r"domain 'sports' has 1 document\(s\), fewer than min_df=2, so none of its words can be kept: "
+                       r"give it more documents or lower --min-df") as info:
+        build_dictionary({"finance": ["基金净值上涨"] * 3, "sports": ["球队客场取胜"]})
+    assert info.value.domains == ("sports",)
+    with pytest.raises(BuildError, match=r"domain 'ids' keeps no word: its 4 documents \(4 characters\) hold no Chinese or Latin word "
+                       r"frequent enough to score \(min_count=5\)") as info:
+        build_dictionary({"finance": ["基金净值上涨", "基金经理调仓"] * 3, "ids": ["3", "7"] * 2})
+    assert info.value.domains == ("ids",)
