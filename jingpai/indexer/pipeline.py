@@ -19,6 +19,7 @@ import logging
 import time
 import uuid
 from collections import deque
+from contextlib import closing
 from itertools import chain
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -320,12 +321,12 @@ class Quarantine:
         entry: dict[str, Any] = {"run": self.run_id, "source": source, "line": line, "reason": reason, "record": record}
         if raw_bytes is not None:
             entry["record_base64"] = base64.b64encode(raw_bytes).decode("ascii")
-        text = json.dumps(entry, ensure_ascii=False)
         try:
-            text.encode("utf-8")
+            # the text layer encodes the whole string before writing any of it, so a failure writes nothing
+            self._fh.write(json.dumps(entry, ensure_ascii=False))
         except UnicodeEncodeError:
-            text = json.dumps(entry)  # lone surrogates stay \u escapes: the record is kept exactly
-        self._fh.write(text + "\n")
+            self._fh.write(json.dumps(entry))  # lone surrogates stay \u escapes: the record is kept exactly
+        self._fh.write("\n")
         self.count += 1
         kind = kind or reason.split(":")[0]
         self.reasons[kind] = self.reasons.get(kind, 0) + 1
@@ -406,7 +407,7 @@ def check_build(
 ) -> str | None:
     """Why the freshly indexed ``physical`` must not replace the live index, or ``None`` when it may.
 
-    A new index fails when it holds no documents, when more than ``settings.max_rejected`` of the
+    A new index fails when the corpus had no records, when it holds no documents, when more than ``settings.max_rejected`` of the
     records read were quarantined, or when the live index was built with a dictionary and this run has
     none (searchers would lose the keyword fields the gateway relies on).
     """
@@ -414,7 +415,7 @@ def check_build(
         return "the corpus has no records (empty files or blank lines only)"
     if engine.count(physical) == 0:
         return f"it is empty: all {report.read} records read were rejected"
-    if report.read and report.rejected / report.read > settings.max_rejected:
+    if report.rejected / report.read > settings.max_rejected:
         return (
             f"{report.rejected} of {report.read} records read ({report.rejected / report.read:.1%}) were rejected, "
             f"over --max-rejected {settings.max_rejected:g} ({settings.max_rejected:.1%})"
@@ -471,7 +472,8 @@ def index_corpus(
 
     for path in paths:
         # a missing file or an unusable header fails the run before any index is created, not midway
-        next(iter(records(path)), None)
+        with closing(records(path)) as first:
+            next(first, None)
 
     dict_version = dictionary.version if dictionary is not None else None
     weight_enc, entity_enc = engine_encodings(engine)
