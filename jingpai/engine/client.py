@@ -133,6 +133,17 @@ class Engine:
             exc.status_code == 429 or exc.status_code >= 500
         )
 
+    def is_api_error(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is the engine answering with an error (any HTTP status), as opposed to a
+        bug on this side or no answer at all."""
+        if self.kind == "elasticsearch":
+            from elasticsearch import ApiError
+
+            return isinstance(exc, ApiError)
+        from opensearchpy.exceptions import TransportError
+
+        return isinstance(exc, TransportError) and isinstance(exc.status_code, int)
+
     # ------------------------------------------------------------------ indices
 
     def create_index(self, name: str, *, mappings: dict | None = None, settings: dict | None = None) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from jingpai.engine.client import EngineConnectionError, connect
-from jingpai.indexer.readers import FORMATS, CorpusError
+from jingpai.indexer.readers import DEFAULT_MAX_RECORD_BYTES, FORMATS, CorpusError
 from jingpai.indexer.versions import IndexVersionError
 
 logger = logging.getLogger(__name__)
@@ -49,16 +49,26 @@ def index() -> None:
 @click.option("--id-field", default=None, help="Field holding the document id (default: content hash).")
 @click.option("--text-fields", default="title,content", show_default=True, help="Comma-separated text fields.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=500, show_default=True)
-@click.option("--max-doc-bytes", type=click.IntRange(min=1), default=5_000_000, show_default=True)
+@click.option("--max-doc-bytes", type=click.IntRange(min=1), default=5_000_000, show_default=True,
+              help="Quarantine documents larger than this as JSON with jingpai's fields.")
+@click.option("--max-record-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_RECORD_BYTES, show_default=True,
+              help="Quarantine input lines larger than this before parsing them (bounds memory).")
+@click.option("--max-rejected", type=click.FloatRange(0.0, 1.0), default=0.01, show_default=True,
+              help="Largest share of rejected records for the new index to replace the live one (0.01 = 1%).")
+@click.option("--force", is_flag=True, help="Move the alias even if the new index is empty or over --max-rejected.")
 @click.option("--keywords", "keywords_top_k", type=click.IntRange(min=0), default=20, show_default=True, help="Keywords kept per document.")
 @click.option("--quarantine-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
 @click.option("--rebuild", is_flag=True, help="Build a new physical index even if one exists for this dictionary.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=2, show_default=True, help="Bulk requests in flight at once.")
 def run(paths, index_name, engine_url, dict_dir, fmt, columns, id_field, text_fields, batch_size, max_doc_bytes,
-        keywords_top_k, quarantine_dir, rebuild, no_progress, concurrency) -> None:
-    """Index PATH… into --index."""
-    from jingpai.indexer.pipeline import IndexingError, IndexSettings, index_corpus
+        max_record_bytes, max_rejected, force, keywords_top_k, quarantine_dir, rebuild, no_progress, concurrency) -> None:
+    """Index PATH… into --index.
+
+    The alias moves to the new physical index only if it is not empty and at most --max-rejected of the
+    records were rejected; otherwise the command exits non-zero and the alias stays (docs/indexing.md).
+    """
+    from jingpai.indexer.pipeline import BuildCheckError, IndexingError, IndexSettings, index_corpus
 
     try:
         settings = IndexSettings(
@@ -69,6 +79,9 @@ def run(paths, index_name, engine_url, dict_dir, fmt, columns, id_field, text_fi
             columns=tuple(c.strip() for c in columns.split(",")) if columns else None,
             batch_size=batch_size,
             max_doc_bytes=max_doc_bytes,
+            max_record_bytes=max_record_bytes,
+            max_rejected=max_rejected,
+            force=force,
             keywords_top_k=keywords_top_k,
             quarantine_dir=quarantine_dir,
             rebuild=rebuild,
@@ -82,12 +95,18 @@ def run(paths, index_name, engine_url, dict_dir, fmt, columns, id_field, text_fi
             dictionary = Dictionary.load(dict_dir)
         engine = connect(engine_url)
         report = index_corpus(engine, paths, settings, dictionary=dictionary)
+    except BuildCheckError as exc:
+        click.echo(exc.report.summary())
+        if exc.report.rejected:
+            click.echo(exc.report.rejections())
+        raise click.ClickException(str(exc)) from exc
     except (ValueError, CorpusError, IndexVersionError, IndexingError, EngineConnectionError) as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(report.summary())
     if report.rejected:
-        reasons = ", ".join(f"{k} ×{v}" for k, v in sorted(report.reasons.items()))
-        click.echo(f"{report.rejected} rejected records written to {report.quarantine_file} ({reasons})")
+        click.echo(report.rejections())
+    if report.check_failure:
+        click.echo(f"--force: the alias moved although {report.check_failure}")
 
 
 @index.command()

@@ -1,18 +1,25 @@
 """Corpus → dictionary-augmented documents → a versioned physical index behind an alias.
 
 Every input record ends up either indexed or in the quarantine file ``<alias>.rejected.jsonl`` with its
-reason (malformed line, missing/invalid field, over-size document, engine rejection of the bulk item).
-Document ids come from ``id_field`` or a content hash, so re-running after a crash resumes into the same
-physical index without duplicates.
+reason (malformed line, missing/invalid field, over-size record or document, engine rejection of the
+document). The quarantine file is appended to, never truncated. Document ids come from ``id_field`` or a
+content hash, so re-running after a crash resumes into the same physical index without duplicates.
+
+The alias moves to a new physical index only when the index passes :func:`check_build` (not empty, few
+enough rejections, no lost dictionary); a refusal of the whole cluster or index (write block, disk
+watermark, closed index) stops the run instead of rejecting every document. See ``docs/indexing.md``.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import logging
 import time
+import uuid
 from collections import deque
+from contextlib import closing
 from itertools import chain
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,8 +31,16 @@ from tenacity import before_sleep_log, retry, retry_if_exception, stop_after_att
 from tqdm import tqdm
 
 from jingpai.engine.client import Engine
-from jingpai.indexer.mapping import META_KEY, IndexMeta, build_mapping, encode_weights, engine_encodings
-from jingpai.indexer.readers import BadRecord, CorpusFormat, SourceRecord, read_corpus
+from jingpai.indexer.mapping import (
+    META_KEY,
+    IndexMeta,
+    NotAJingpaiIndexError,
+    build_mapping,
+    encode_weights,
+    engine_encodings,
+    read_meta,
+)
+from jingpai.indexer.readers import DEFAULT_MAX_RECORD_BYTES, BadRecord, CorpusFormat, SourceRecord, read_corpus
 from jingpai.indexer.versions import choose_physical_index
 
 if TYPE_CHECKING:
@@ -36,6 +51,24 @@ logger = logging.getLogger(__name__)
 
 class IndexingError(RuntimeError):
     """Indexing stopped (engine unreachable after all retries, or a bad setting)."""
+
+
+class EngineRefusedError(IndexingError):
+    """The engine refused writes to the whole index or cluster (write block, disk flood-stage
+    watermark, read-only or closed index, no permission): not the documents' fault, so they are not
+    quarantined. The physical index is kept and the alias untouched; re-run to resume once fixed."""
+
+
+class BuildCheckError(IndexingError):
+    """The new physical index failed :func:`check_build`; the alias was not moved to it.
+
+    Attributes:
+        report: the run's :class:`IndexReport` (counts and grouped rejection reasons).
+    """
+
+    def __init__(self, message: str, report: IndexReport) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 @dataclass(frozen=True)
@@ -49,7 +82,12 @@ class IndexSettings:
         fmt: corpus format (``None``: from each file's suffix).
         columns: CSV/TSV column names for files without a header row.
         batch_size: documents per bulk request.
-        max_doc_bytes: documents larger than this (as JSON) are quarantined.
+        max_doc_bytes: documents larger than this (as JSON, with jingpai's fields) are quarantined.
+        max_record_bytes: input lines longer than this are quarantined before they are parsed,
+            segmented or augmented (which takes tens of times their size in memory).
+        max_rejected: largest share of the records read that may be quarantined (0.01: 1 %) for the
+            new physical index to replace the live one.
+        force: move the alias even when the new index fails :func:`check_build`.
         keywords_top_k: keywords kept per document.
         quarantine_dir: where ``<index>.rejected.jsonl`` is written.
         rebuild: build a new physical index even if one exists for this dictionary version.
@@ -69,6 +107,9 @@ class IndexSettings:
     columns: tuple[str, ...] | None = None
     batch_size: int = 500
     max_doc_bytes: int = 5_000_000
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    max_rejected: float = 0.01
+    force: bool = False
     keywords_top_k: int = 20
     quarantine_dir: Path = Path(".")
     rebuild: bool = False
@@ -85,6 +126,10 @@ class IndexSettings:
             raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
         if self.concurrency < 1:
             raise ValueError(f"concurrency (bulk requests in flight) must be >= 1, got {self.concurrency}")
+        if self.max_record_bytes < 1:
+            raise ValueError(f"max record bytes must be >= 1, got {self.max_record_bytes}")
+        if not 0.0 <= self.max_rejected <= 1.0:
+            raise ValueError(f"max rejected must be a share between 0 and 1 (0.01 = 1%), got {self.max_rejected}")
         if self.id_field in self.text_fields:
             logger.info("id field %r is also a text field", self.id_field)
 
@@ -102,6 +147,9 @@ class IndexReport:
     quarantine_file: Path | None = None
     alias_swapped: bool = False
     reasons: dict[str, int] = field(default_factory=dict)
+    first_lines: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
+    run_id: str = ""
+    check_failure: str | None = None
 
     @property
     def docs_per_s(self) -> float:
@@ -113,9 +161,34 @@ class IndexReport:
             f"{self.seconds:.1f} s / {self.docs_per_s:.0f} docs/s → {self.physical_index} (alias {self.alias})"
         )
 
+    def rejections(self, *, examples: int = 5) -> str:
+        """The rejections grouped by reason, one line each with its count and first line numbers
+        (empty when nothing was rejected)."""
+        if not self.rejected:
+            return ""
+        sources = {src for lines in self.first_lines.values() for src, _ in lines}
+        rows = [f"{self.rejected} rejected records appended to {self.quarantine_file} (run {self.run_id}):"]
+        for kind, count in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0])):
+            where = [
+                f"{Path(src).name}:{line}" if len(sources) > 1 else str(line)
+                for src, line in self.first_lines.get(kind, [])[:examples]
+            ]
+            more = ", …" if count > len(where) else ""
+            rows.append(f"  {count:>7} × {kind} (line {', '.join(where)}{more})")
+        return "\n".join(rows)
+
 
 class Rejection(ValueError):
-    """A record that cannot become a document; the message is the quarantine reason."""
+    """A record that cannot become a document; the message is the quarantine reason.
+
+    Args:
+        reason: the quarantine reason.
+        kind: the reason without its specifics, for grouping (default: the text before the first ``:``).
+    """
+
+    def __init__(self, reason: str, *, kind: str | None = None) -> None:
+        super().__init__(reason)
+        self.kind = kind or reason.split(":")[0]
 
 
 class DocumentBuilder:
@@ -151,21 +224,22 @@ class DocumentBuilder:
         doc_id, document, _ = self._build(fields)
         return doc_id, document
 
-    def build_json(self, fields: dict) -> tuple[str, str]:
+    def build_json(self, fields: dict, *, record_bytes: int | None = None) -> tuple[str, str]:
         """``(id, document as JSON)`` or :class:`Rejection`: :meth:`build` serialised once, the form the
-        size limit is checked on and the bulk request carries (the clients pass JSON strings through)."""
-        doc_id, _, source = self._build(fields)
+        size limit is checked on and the bulk request carries (the clients pass JSON strings through).
+        ``record_bytes``: the record's size in its file, quoted when the document is over the limit."""
+        doc_id, _, source = self._build(fields, record_bytes)
         return doc_id, source
 
-    def _build(self, fields: dict) -> tuple[str, dict, str]:
+    def _build(self, fields: dict, record_bytes: int | None = None) -> tuple[str, dict, str]:
         try:
-            return self._augment(fields)
+            return self._augment(fields, record_bytes)
         except UnicodeEncodeError as exc:
             # JSON escapes can smuggle in lone surrogates ("\ud800"), which neither the segmenter nor
             # the engines accept as text
             raise _bad_unicode(fields) from exc
 
-    def _augment(self, fields: dict) -> tuple[str, dict, str]:
+    def _augment(self, fields: dict, record_bytes: int | None) -> tuple[str, dict, str]:
         if META_KEY in fields:
             raise Rejection(f"field {META_KEY!r} is reserved for jingpai's own fields")
         texts: dict[str, str] = {}
@@ -197,7 +271,12 @@ class DocumentBuilder:
         source = json.dumps(document, ensure_ascii=False)
         size = len(source.encode("utf-8"))
         if size > self.settings.max_doc_bytes:
-            raise Rejection(f"document is {size} bytes, over the limit of {self.settings.max_doc_bytes} (--max-doc-bytes)")
+            record = record_bytes if record_bytes is not None else len(json.dumps(fields, ensure_ascii=False).encode("utf-8"))
+            raise Rejection(
+                f"document is {size} bytes with jingpai's fields (the record alone is {record} bytes), over the limit of "
+                f"{self.settings.max_doc_bytes} (--max-doc-bytes)",
+                kind="document over --max-doc-bytes",
+            )
         return doc_id, document, source
 
 
@@ -212,26 +291,51 @@ def _bad_unicode(fields: dict) -> Rejection:
 
 
 class Quarantine:
-    """``<index>.rejected.jsonl``: one line per rejected record with the original record and the reason."""
+    """``<index>.rejected.jsonl``: one line per rejected record with the original record and the reason.
 
-    def __init__(self, path: Path) -> None:
+    The file is appended to, so the rejections of earlier runs stay; each line names its ``run``. A line
+    that is not valid UTF-8 also carries its exact bytes as ``record_base64`` (``record`` shows them
+    with U+FFFD replacements, readable but not recoverable).
+
+    Args:
+        path: the quarantine file.
+        run_id: written into every line, to tell runs apart.
+        keep_lines: first line numbers remembered per reason, for the summary.
+    """
+
+    def __init__(self, path: Path, *, run_id: str, keep_lines: int = 5) -> None:
         self.path = path
+        self.run_id = run_id
+        self.keep_lines = keep_lines
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = path.open("w", encoding="utf-8")
+        self._fh = path.open("a", encoding="utf-8")
         self.count = 0
         self.reasons: dict[str, int] = {}
+        self.first_lines: dict[str, list[tuple[str, int]]] = {}
 
-    def add(self, source: str, line: int, record: dict | str, reason: str) -> None:
-        entry = {"source": source, "line": line, "reason": reason, "record": record}
-        text = json.dumps(entry, ensure_ascii=False)
+    def add(
+        self, source: str, line: int, record: dict | str, reason: str, *, kind: str | None = None,
+        raw_bytes: bytes | None = None,
+    ) -> None:
+        """Append one rejected record; ``kind`` groups it in the counts (default: ``reason`` up to ``:``)."""
+        entry: dict[str, Any] = {"run": self.run_id, "source": source, "line": line, "reason": reason, "record": record}
+        if raw_bytes is not None:
+            entry["record_base64"] = base64.b64encode(raw_bytes).decode("ascii")
         try:
-            text.encode("utf-8")
+            # the text layer encodes the whole string before writing any of it, so a failure writes nothing
+            self._fh.write(json.dumps(entry, ensure_ascii=False))
         except UnicodeEncodeError:
-            text = json.dumps(entry)  # lone surrogates stay \u escapes: the record is kept exactly
-        self._fh.write(text + "\n")
+            self._fh.write(json.dumps(entry))  # lone surrogates stay \u escapes: the record is kept exactly
+        self._fh.write("\n")
         self.count += 1
-        kind = reason.split(":")[0]
+        kind = kind or reason.split(":")[0]
         self.reasons[kind] = self.reasons.get(kind, 0) + 1
+        lines = self.first_lines.setdefault(kind, [])
+        if len(lines) < self.keep_lines:
+            lines.append((source, line))
+
+    def flush(self) -> None:
+        self._fh.flush()
 
     def close(self) -> None:
         self._fh.close()
@@ -257,6 +361,73 @@ def _item_error(item: dict) -> str:
     return f"engine rejected the document: {err}"
 
 
+def _item_kind(item: dict) -> str:
+    (op,) = item.values()
+    err = op.get("error")
+    return f"engine rejected the document: {err.get('type', 'error')}" if isinstance(err, dict) else "engine rejected the document"
+
+
+REFUSAL_TYPES = frozenset({
+    "cluster_block_exception",  # index.blocks.write / read_only, disk flood-stage watermark
+    "index_closed_exception",
+    "index_not_found_exception",
+    "security_exception",
+    "es_rejected_execution_exception",  # write queue full after the helper's own retries
+    "unavailable_shards_exception",
+    "no_shard_available_action_exception",
+})
+"""Bulk item errors that are about the index or cluster, not the document."""
+
+
+def is_refusal(item: dict) -> bool:
+    """Whether a failed bulk item was refused for a reason of the index or cluster (any document would
+    fail the same way) rather than for its own content: such items are not quarantined.
+
+    Per-document failures are 400-class answers about the source (mapping conflicts, parse errors);
+    authorisation (401/403), throttling (429), timeouts (408) and server errors (5xx) are the cluster's.
+    """
+    (op,) = item.values()
+    err = op.get("error")
+    kind = err.get("type") if isinstance(err, dict) else None
+    status = op.get("status")
+    if kind in REFUSAL_TYPES:
+        return True
+    return isinstance(status, int) and (status in (401, 403, 404, 408, 429) or status >= 500)
+
+
+def _alias_state(alias: str, before: list[str]) -> str:
+    if not before:
+        return f"the alias {alias} was not created"
+    return f"the alias {alias} still points at {', '.join(before)}"
+
+
+def check_build(
+    engine: Engine, physical: str, report: IndexReport, settings: IndexSettings, *, live_meta: IndexMeta | None,
+    dict_version: str | None,
+) -> str | None:
+    """Why the freshly indexed ``physical`` must not replace the live index, or ``None`` when it may.
+
+    A new index fails when the corpus had no records, when it holds no documents, when more than ``settings.max_rejected`` of the
+    records read were quarantined, or when the live index was built with a dictionary and this run has
+    none (searchers would lose the keyword fields the gateway relies on).
+    """
+    if report.read == 0:
+        return "the corpus has no records (empty files or blank lines only)"
+    if engine.count(physical) == 0:
+        return f"it is empty: all {report.read} records read were rejected"
+    if report.rejected / report.read > settings.max_rejected:
+        return (
+            f"{report.rejected} of {report.read} records read ({report.rejected / report.read:.1%}) were rejected, "
+            f"over --max-rejected {settings.max_rejected:g} ({settings.max_rejected:.1%})"
+        )
+    if live_meta is not None and live_meta.dict_version is not None and dict_version is None:
+        return (
+            f"the live index was built with dictionary {live_meta.dict_version} and this run has none (--dict), "
+            f"so its documents have no keywords"
+        )
+    return None
+
+
 def index_corpus(
     engine: Engine,
     paths: Sequence[str | Path],
@@ -279,12 +450,31 @@ def index_corpus(
         The run's :class:`IndexReport`; the alias points at the physical index when it returns.
 
     Raises:
+        CorpusError: a corpus file is missing, of an unknown format, or its header names no text field
+            (checked for every file before anything is written).
+        BuildCheckError: the new physical index failed :func:`check_build` (and ``settings.force`` is
+            off): the alias was left where it was and the new index deleted, unless it already was the
+            live one.
+        EngineRefusedError: the engine refused writes to the index or cluster; nothing was quarantined
+            for it. Fix the cluster and re-run the same command to resume.
         IndexingError: the engine stayed unreachable through all retries. Re-run the same command to
             resume: ids are deterministic and the same physical index is reused.
     """
     from jingpai.keyword_dict import Segmenter
 
     started = time.perf_counter()
+
+    def records(path: str | Path) -> Iterator[SourceRecord | BadRecord]:
+        return read_corpus(
+            path, fmt=settings.fmt, columns=settings.columns, text_fields=settings.text_fields,
+            max_record_bytes=settings.max_record_bytes,
+        )
+
+    for path in paths:
+        # a missing file or an unusable header fails the run before any index is created, not midway
+        with closing(records(path)) as first:
+            next(first, None)
+
     dict_version = dictionary.version if dictionary is not None else None
     weight_enc, entity_enc = engine_encodings(engine)
     meta = IndexMeta(
@@ -295,7 +485,14 @@ def index_corpus(
         id_field=settings.id_field,
     )
     physical, exists = choose_physical_index(engine, settings.index, dict_version, rebuild=settings.rebuild)
-    live = exists and physical in engine.alias_targets(settings.index)
+    live_before = engine.alias_targets(settings.index)
+    live = exists and physical in live_before
+    live_meta: IndexMeta | None = None
+    if live_before:
+        try:
+            live_meta = read_meta(engine, settings.index)
+        except NotAJingpaiIndexError:
+            live_meta = None
 
     def prepare_index() -> dict[str, str | None] | None:
         if not exists:
@@ -307,24 +504,25 @@ def index_corpus(
             return begin_build(engine, physical, fresh=not exists)
         return None
 
-    quarantine = Quarantine(Path(settings.quarantine_dir) / f"{settings.index}.rejected.jsonl")
-    report = IndexReport(alias=settings.index, physical_index=physical, quarantine_file=quarantine.path)
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+    quarantine = Quarantine(Path(settings.quarantine_dir) / f"{settings.index}.rejected.jsonl", run_id=run_id)
+    report = IndexReport(alias=settings.index, physical_index=physical, quarantine_file=quarantine.path, run_id=run_id)
     pending: deque[tuple[str, int, dict]] = deque()
     builder: DocumentBuilder | None = None
 
     def actions() -> Iterator[dict]:
         assert builder is not None
         for path in paths:
-            for rec in read_corpus(path, fmt=settings.fmt, columns=settings.columns):
+            for rec in records(path):
                 report.read += 1
                 if isinstance(rec, BadRecord):
-                    quarantine.add(rec.source, rec.line, rec.raw, rec.reason)
+                    quarantine.add(rec.source, rec.line, rec.raw, rec.reason, kind=rec.kind, raw_bytes=rec.raw_bytes)
                     continue
                 assert isinstance(rec, SourceRecord)
                 try:
-                    doc_id, source = builder.build_json(rec.fields)
+                    doc_id, source = builder.build_json(rec.fields, record_bytes=rec.size)
                 except Rejection as exc:
-                    quarantine.add(rec.source, rec.line, rec.fields, str(exc))
+                    quarantine.add(rec.source, rec.line, rec.fields, str(exc), kind=exc.kind)
                     continue
                 pending.append((rec.source, rec.line, rec.fields))
                 # ``_source`` is already JSON: both clients' bulk helpers send strings as they are
@@ -346,25 +544,43 @@ def index_corpus(
             f"{report.indexed} documents are in {physical} — re-run the same command to resume"
         )
 
+    def refused(error: str) -> EngineRefusedError:
+        return EngineRefusedError(
+            f"the engine refused to write to {physical}: {error.rstrip('; .')}. This is the index's or the cluster's state "
+            f"(write block, disk watermark, read-only or closed index, permissions), not the documents', so none "
+            f"were quarantined for it; {report.indexed} documents are in {physical} and "
+            f"{_alias_state(settings.index, live_before)}. Fix the cluster (e.g. remove the block, free "
+            f"disk, open the index) and re-run the same command to resume"
+        )
+
     def outcome(future: Future) -> Any:
-        """The future's result; an engine that stays unreachable becomes :class:`IndexingError`."""
+        """The future's result; an engine that stays unreachable becomes :class:`IndexingError`, an
+        error answer :class:`EngineRefusedError`."""
         try:
             return future.result()
         except Exception as exc:
             if engine.is_transient(exc):
                 raise unreachable(exc) from exc
+            if engine.is_api_error(exc):
+                raise refused(str(exc)) from exc
             raise
 
     def settle(future: Future, size: int) -> None:
+        refusal: str | None = None
         for ok, item in outcome(future):
             source, line, fields = pending.popleft()
             if ok:
                 report.indexed += 1
+            elif is_refusal(item):
+                refusal = refusal or _item_error(item).removeprefix("engine rejected the document: ")
             else:
-                quarantine.add(source, line, fields, _item_error(item))
+                quarantine.add(source, line, fields, _item_error(item), kind=_item_kind(item))
+        quarantine.flush()
         report.rejected = quarantine.count
         bar.update(size)
         bar.set_postfix(rejected=report.rejected)
+        if refusal is not None:
+            raise refused(refusal)
         if on_progress is not None:
             on_progress(report)
 
@@ -405,10 +621,28 @@ def index_corpus(
         quarantine.close()
         report.rejected = quarantine.count
         report.reasons = dict(quarantine.reasons)
+        report.first_lines = {k: list(v) for k, v in quarantine.first_lines.items()}
+    engine.refresh(physical)
+    failure = check_build(engine, physical, report, settings, live_meta=live_meta, dict_version=dict_version)
+    report.seconds = time.perf_counter() - started
+    if failure is not None and not settings.force:
+        report.check_failure = failure
+        if live:
+            what = f"the documents were written into {physical}, which the alias {settings.index} already served"
+        else:
+            engine.delete_index(physical)
+            what = f"{_alias_state(settings.index, live_before)}; the new index {physical} was deleted"
+        raise BuildCheckError(
+            f"{physical} did not replace the live index: {failure}. {what[0].upper()}{what[1:]}. "
+            f"Fix the input (see {quarantine.path}) and re-run, or pass --force to swap anyway",
+            report,
+        )
+    if failure is not None:
+        report.check_failure = failure
+        logger.warning("--force: %s replaces the live index although %s", physical, failure)
     if restore is not None:
         engine.put_index_settings(physical, restore)
         logger.info("restored %s settings after the build: %s", physical, restore)
-    engine.refresh(physical)
     if engine.alias_targets(settings.index) != [physical]:
         engine.swap_alias(settings.index, physical)
         report.alias_swapped = True
@@ -445,4 +679,20 @@ def begin_build(engine: Engine, physical: str, *, fresh: bool) -> dict[str, str 
     return restore
 
 
-__all__ = ["BUILD_SETTINGS", "DocumentBuilder", "IndexReport", "IndexSettings", "IndexingError", "Quarantine", "batches", "begin_build", "index_corpus"]
+__all__ = [
+    "BUILD_SETTINGS",
+    "REFUSAL_TYPES",
+    "BuildCheckError",
+    "DocumentBuilder",
+    "EngineRefusedError",
+    "IndexReport",
+    "IndexSettings",
+    "IndexingError",
+    "Quarantine",
+    "Rejection",
+    "batches",
+    "begin_build",
+    "check_build",
+    "index_corpus",
+    "is_refusal",
+]

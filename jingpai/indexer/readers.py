@@ -28,17 +28,35 @@ class CorpusError(ValueError):
 
 @dataclass(frozen=True)
 class SourceRecord:
+    """A record: its fields, where it came from and its size in the file (bytes of its line)."""
+
     source: str
     line: int
     fields: dict
+    size: int | None = None
 
 
 @dataclass(frozen=True)
 class BadRecord:
+    """A line that is not a record.
+
+    Attributes:
+        raw: the line as text (undecodable bytes shown as U+FFFD: readable, not recoverable).
+        reason: why, for the quarantine file.
+        kind: the reason without its specifics (line numbers, sizes), for grouping counts.
+        raw_bytes: the line's exact bytes when ``raw`` does not hold them (not valid UTF-8).
+    """
+
     source: str
     line: int
     raw: str
     reason: str
+    kind: str = ""
+    raw_bytes: bytes | None = None
+
+    def __post_init__(self) -> None:
+        if not self.kind:
+            object.__setattr__(self, "kind", self.reason.split(":")[0])
 
 
 def detect_format(path: Path, given: CorpusFormat | None) -> CorpusFormat:
@@ -55,25 +73,61 @@ def detect_format(path: Path, given: CorpusFormat | None) -> CorpusFormat:
     return fmt
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str | None, bytes]]:
-    """``(line number, decoded text or None if undecodable, raw bytes)`` per line, 1-based."""
+DEFAULT_MAX_RECORD_BYTES = 2_000_000
+"""Lines longer than this are not parsed. Segmenting and augmenting a record takes tens of times its
+size in memory (a 48 MB line took 1.8 GB), and the document built from it is about 2.3 times its size,
+so a record under this limit also fits the default ``--max-doc-bytes`` of 5 MB."""
+
+OVERSIZED = "record over --max-record-bytes"
+NOT_UTF8 = "not valid UTF-8"
+LOOKS_GB18030 = "not valid UTF-8, decodes as GB18030 (convert the file: iconv -f GB18030 -t UTF-8)"
+
+
+def _lines(path: Path, max_record_bytes: int | None = None) -> Iterator[tuple[int, str | None, bytes | BadRecord]]:
+    """``(line number, decoded text, raw bytes)`` per line, 1-based; ``(number, None, BadRecord)`` for a
+    line that is over ``max_record_bytes`` or not valid UTF-8."""
     with path.open("rb") as fh:
         for number, raw in enumerate(fh, start=1):
             raw = raw.rstrip(b"\r\n")
+            if max_record_bytes is not None and len(raw) > max_record_bytes:
+                yield number, None, _oversized(path, number, raw, max_record_bytes)
+                continue
             try:
                 yield number, raw.decode("utf-8"), raw
-            except UnicodeDecodeError:
-                yield number, None, raw
+            except UnicodeDecodeError as exc:
+                yield number, None, _undecodable(path, number, raw, exc)
 
 
-def _undecodable(path: Path, number: int, raw: bytes) -> BadRecord:
-    return BadRecord(str(path), number, raw.decode("utf-8", errors="replace"), f"line {number} is not valid UTF-8")
+def _oversized(path: Path, number: int, raw: bytes, limit: int) -> BadRecord:
+    reason = f"record is {len(raw)} bytes, over the limit of {limit} (--max-record-bytes)"
+    try:
+        return BadRecord(str(path), number, raw.decode("utf-8"), reason, OVERSIZED)
+    except UnicodeDecodeError:
+        return BadRecord(str(path), number, raw.decode("utf-8", errors="replace"), reason, OVERSIZED, raw)
 
 
-def read_jsonl(path: Path) -> Iterator[SourceRecord | BadRecord]:
-    for number, text, raw in _lines(path):
+def _undecodable(path: Path, number: int, raw: bytes, exc: UnicodeDecodeError) -> BadRecord:
+    reason = f"{NOT_UTF8}: {exc.reason} (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+    kind = LOOKS_GB18030 if _looks_gb18030(raw) else NOT_UTF8
+    return BadRecord(str(path), number, raw.decode("utf-8", errors="replace"), reason, kind, raw)
+
+
+def _looks_gb18030(raw: bytes) -> bool:
+    """Whether ``raw`` is Chinese text in GBK/GB18030, the usual non-UTF-8 encoding of Chinese corpora.
+    Binary data rarely decodes strictly, and when it does it brings control characters."""
+    try:
+        text = raw.decode("gb18030")
+    except UnicodeDecodeError:
+        return False
+    has_cjk = any("\u4e00" <= ch <= "\u9fff" for ch in text)
+    return has_cjk and not any(ch < " " and ch != "\t" for ch in text)
+
+
+def read_jsonl(path: Path, *, max_record_bytes: int | None = None) -> Iterator[SourceRecord | BadRecord]:
+    for number, text, raw in _lines(path, max_record_bytes):
         if text is None:
-            yield _undecodable(path, number, raw)
+            assert isinstance(raw, BadRecord)
+            yield raw
             continue
         if not text.strip():
             continue  # blank lines are layout, not records
@@ -85,17 +139,35 @@ def read_jsonl(path: Path) -> Iterator[SourceRecord | BadRecord]:
         if not isinstance(value, dict):
             yield BadRecord(str(path), number, text, f"expected a JSON object, got {type(value).__name__}")
             continue
-        yield SourceRecord(str(path), number, value)
+        yield SourceRecord(str(path), number, value, len(raw))
 
 
 def read_delimited(
-    path: Path, *, delimiter: str, columns: Sequence[str] | None = None
+    path: Path,
+    *,
+    delimiter: str,
+    columns: Sequence[str] | None = None,
+    text_fields: Sequence[str] | None = None,
+    max_record_bytes: int | None = None,
 ) -> Iterator[SourceRecord | BadRecord]:
-    """CSV/TSV. The first row is the header unless ``columns`` names the columns."""
+    """CSV/TSV. The first row is the header unless ``columns`` names the columns.
+
+    With ``text_fields``, a header (read or given) that names none of them raises :class:`CorpusError`
+    saying what to pass: every record would otherwise be rejected as "missing text field", and a file
+    without a header row would lose its first line to the header.
+    """
     header: list[str] | None = list(columns) if columns else None
-    for number, text, raw in _lines(path):
+    if header is not None and text_fields and not set(text_fields) & set(header):
+        raise CorpusError(
+            f"--columns {','.join(header)} names none of the text fields ({', '.join(text_fields)}); "
+            f"name the column holding the text after one of them, or pass --text-fields"
+        )
+    for number, text, raw in _lines(path, max_record_bytes):
         if text is None:
-            yield _undecodable(path, number, raw)
+            assert isinstance(raw, BadRecord)
+            if header is None:
+                raise CorpusError(f"{path}: line {number} should be the header row but is unusable: {raw.reason}")
+            yield raw
             continue
         if not text.strip():
             continue
@@ -105,19 +177,39 @@ def read_delimited(
             row = next(csv.reader(io.StringIO(text), delimiter=delimiter))
         if header is None:
             header = [h.strip() for h in row]
+            if text_fields and not set(text_fields) & set(header):
+                raise CorpusError(_no_text_column(path, number, header, text_fields))
             if len(set(header)) != len(header) or not all(header):
-                raise CorpusError(f"{path}: line 1 is not a usable header (empty or repeated column names): {header}")
+                raise CorpusError(f"{path}: line {number} is not a usable header (empty or repeated column names): {header}")
             continue
         if len(row) != len(header):
             yield BadRecord(
-                str(path), number, text, f"expected {len(header)} columns ({', '.join(header)}), found {len(row)}"
+                str(path), number, text, f"expected {len(header)} columns ({', '.join(header)}), found {len(row)}",
+                f"expected {len(header)} columns",
             )
             continue
-        yield SourceRecord(str(path), number, dict(zip(header, row)))
+        yield SourceRecord(str(path), number, dict(zip(header, row)), len(raw))
+
+
+def _no_text_column(path: Path, number: int, header: list[str], text_fields: Sequence[str]) -> str:
+    shown = ", ".join(h if len(h) <= 20 else h[:20] + "…" for h in header)
+    # the widest cell most likely holds the text: name it after the (last, usually the body) text field
+    widest = max(range(len(header)), key=lambda i: len(header[i]))
+    example = ",".join(text_fields[-1] if i == widest else f"col{i + 1}" for i in range(len(header)))
+    return (
+        f"{path}: line {number} is read as the header row, but none of its {len(header)} columns ({shown}) is a "
+        f"text field ({', '.join(text_fields)}). If the file has no header row, name its columns with "
+        f"--columns, e.g. --columns {example}; if it has one, pass --text-fields with its text columns"
+    )
 
 
 def read_corpus(
-    path: str | Path, *, fmt: CorpusFormat | None = None, columns: Sequence[str] | None = None
+    path: str | Path,
+    *,
+    fmt: CorpusFormat | None = None,
+    columns: Sequence[str] | None = None,
+    text_fields: Sequence[str] | None = None,
+    max_record_bytes: int | None = None,
 ) -> Iterator[SourceRecord | BadRecord]:
     """Records of one corpus file.
 
@@ -125,9 +217,13 @@ def read_corpus(
         path: a ``.jsonl``/``.csv``/``.tsv`` file.
         fmt: force the format instead of reading it from the suffix.
         columns: CSV/TSV column names for files without a header row.
+        text_fields: when given, a CSV/TSV header naming none of them is an error (see
+            :func:`read_delimited`).
+        max_record_bytes: lines longer than this come out as a :class:`BadRecord` quoting their
+            size, before any parsing (``None``: no limit).
 
     Raises:
-        CorpusError: the file is missing/empty or its format is unknown.
+        CorpusError: the file is missing, its format is unknown, or its header is unusable.
 
     Example:
         >>> for rec in read_corpus("news.jsonl"):            # doctest: +SKIP
@@ -140,9 +236,21 @@ def read_corpus(
     if fmt == "jsonl":
         if columns:
             raise CorpusError("--columns applies to csv/tsv corpora, not jsonl")
-        yield from read_jsonl(path)
+        yield from read_jsonl(path, max_record_bytes=max_record_bytes)
     else:
-        yield from read_delimited(path, delimiter="," if fmt == "csv" else "\t", columns=columns)
+        yield from read_delimited(
+            path, delimiter="," if fmt == "csv" else "\t", columns=columns, text_fields=text_fields,
+            max_record_bytes=max_record_bytes,
+        )
 
 
-__all__ = ["FORMATS", "BadRecord", "CorpusError", "CorpusFormat", "SourceRecord", "detect_format", "read_corpus"]
+__all__ = [
+    "DEFAULT_MAX_RECORD_BYTES",
+    "FORMATS",
+    "BadRecord",
+    "CorpusError",
+    "CorpusFormat",
+    "SourceRecord",
+    "detect_format",
+    "read_corpus",
+]

@@ -1,4 +1,4 @@
-"""`jingpai index` against both real engines: augmentation, quarantine, versions, resume after an outage."""
+"""`jingpai index` against both real engines: augmentation, quarantine, versions (failures: test_failures.py)."""
 
 from __future__ import annotations
 
@@ -9,45 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from jingpai.cli import cli
-from jingpai.engine import harness
-from jingpai.engine.client import Engine, connect
+from jingpai.engine.client import Engine
 from jingpai.indexer.mapping import read_meta
-from jingpai.indexer.pipeline import IndexingError, IndexSettings, index_corpus
+from jingpai.indexer.pipeline import IndexSettings, index_corpus
 from jingpai.indexer.versions import delete_old_versions, list_versions
-from jingpai.keyword_dict import Dictionary, Entry
-
-DICT_V1 = [
-    Entry("沪指", "stocks", 3.0, 12),
-    Entry("楼市", "realty", 2.5, 9),
-    Entry("央行", "finance", 2.0, 20),
-]
-
-
-@pytest.fixture(scope="module")
-def dictionary() -> Dictionary:
-    return Dictionary(DICT_V1)
-
-
-@pytest.fixture(scope="module")
-def dictionary_v2() -> Dictionary:
-    return Dictionary([*DICT_V1, Entry("降准", "finance", 2.8, 5)])
-
-
-@pytest.fixture(scope="module")
-def news_jsonl(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
-    """200 real news articles (cnews_sample) as JSONL: title = first sentence, content = article."""
-    out = tmp_path_factory.mktemp("corpus") / "news.jsonl"
-    lines = []
-    with (shared_data / "zh" / "cnews_sample" / "docs.tsv").open(encoding="utf-8") as fh:
-        for i, line in enumerate(fh):
-            if i >= 200:
-                break
-            label, article = line.rstrip("\n").split("\t", 1)
-            title = article.split("。")[0][:60]
-            lines.append(json.dumps({"id": f"n{i}", "category": label, "title": title, "content": article[:600]}, ensure_ascii=False))
-    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return out
-
+from jingpai.keyword_dict import Dictionary
 
 def _settings(index: str, tmp_path: Path, **kw) -> IndexSettings:
     return IndexSettings(index=index, id_field="id", quarantine_dir=tmp_path, progress=False, **kw)
@@ -95,7 +61,8 @@ def test_every_record_is_indexed_or_quarantined(engine: Engine, index_name: str,
     corpus.write_text("\n".join(mixed) + "\n", encoding="utf-8")
 
     report = index_corpus(
-        engine, [corpus], _settings(index_name, tmp_path, max_doc_bytes=8000, batch_size=64), dictionary=dictionary
+        engine, [corpus], _settings(index_name, tmp_path, max_doc_bytes=8000, batch_size=64, max_rejected=0.02),
+        dictionary=dictionary,
     )
     assert report.read == len(mixed)
     assert (report.indexed, report.rejected) == (len(lines), 4)
@@ -106,7 +73,7 @@ def test_every_record_is_indexed_or_quarantined(engine: Engine, index_name: str,
         (51, "malformed JSON"),
         (52, "missing text field"),
         (123, "text field 'title' must be a string, got int"),
-        (124, "document is 19611 bytes, over the limit of 8000 (--max-doc-bytes)"),
+        (124, "document is 19611 bytes with jingpai's fields (the record alone is 9043 bytes), over the limit of 8000 (--max-doc-bytes)"),
     ]
     assert rejected[1]["record"] == {"id": "x2", "category": "空"}
     assert rejected[0]["record"] == bad[0]
@@ -116,7 +83,8 @@ def test_lone_surrogate_is_quarantined_not_fatal(engine: Engine, index_name: str
     corpus = tmp_path / "surrogate.jsonl"
     # a JSON escape of half a surrogate pair parses into a str that is not encodable text
     corpus.write_text('{"title": "坏\\ud800字"}\n{"title": "好字"}\n', encoding="utf-8")
-    report = index_corpus(engine, [corpus], IndexSettings(index=index_name, quarantine_dir=tmp_path, progress=False))
+    settings = IndexSettings(index=index_name, quarantine_dir=tmp_path, progress=False, max_rejected=0.5)
+    report = index_corpus(engine, [corpus], settings)
     assert (report.read, report.indexed, report.rejected) == (2, 1, 1)
     (rejected,) = [json.loads(line) for line in report.quarantine_file.read_text(encoding="utf-8").splitlines()]
     assert rejected["reason"] == "field 'title' is not valid Unicode text: lone surrogate '\\ud800'"
@@ -133,7 +101,7 @@ def test_engine_rejected_bulk_item_is_quarantined(engine: Engine, index_name: st
         + "\n",
         encoding="utf-8",
     )
-    report = index_corpus(engine, [corpus], _settings(index_name, tmp_path, batch_size=1))
+    report = index_corpus(engine, [corpus], _settings(index_name, tmp_path, batch_size=1, max_rejected=0.5))
     assert (report.indexed, report.rejected) == (2, 1)
     (rejected,) = [json.loads(line) for line in report.quarantine_file.read_text(encoding="utf-8").splitlines()]
     assert rejected["line"] == 2 and rejected["record"]["id"] == "2"
@@ -208,28 +176,3 @@ def test_cli_index_status_and_errors(engine: Engine, index_name: str, tmp_path: 
     bad = runner.invoke(cli, ["index", str(news_jsonl), "--index", index_name, "--engine", "http://127.0.0.1:9", "--no-progress"])
     assert bad.exit_code == 1
     assert "Error: no engine answers at http://127.0.0.1:9" in bad.output
-
-
-@pytest.mark.parametrize("kind", harness.ENGINE_KINDS)
-def test_engine_stopped_mid_run_then_resumed_without_duplicates(kind: str, tmp_path: Path, news_jsonl: Path, dictionary: Dictionary) -> None:
-    node = harness.EngineSettings(kind=kind, port=harness.free_port())
-    harness.start(node)
-    try:
-        engine = connect(node.url)
-        settings = _settings("outage", tmp_path, batch_size=40, retries=2, retry_max_wait_s=0.5)
-
-        def stop_after_first_batch(report) -> None:
-            if report.indexed == 40:
-                harness.stop(node)
-
-        with pytest.raises(IndexingError, match=r"unreachable after 2 attempts .* re-run the same command to resume"):
-            index_corpus(engine, [news_jsonl], settings, dictionary=dictionary, on_progress=stop_after_first_batch)
-
-        harness.start(node)
-        engine = connect(node.url)
-        assert engine.count("outage-*") == 40
-        report = index_corpus(engine, [news_jsonl], settings, dictionary=dictionary)
-        assert (report.read, report.indexed, report.rejected) == (200, 200, 0)
-        assert engine.count("outage") == 200
-    finally:
-        harness.stop(node, purge=True)

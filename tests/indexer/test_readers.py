@@ -26,18 +26,57 @@ def test_jsonl_bad_lines_are_reported_with_line_numbers(tmp_path: Path) -> None:
     assert [(r.line, r.reason) for r in bad] == [
         (2, "malformed JSON: Expecting value at column 11"),
         (4, "expected a JSON object, got list"),
-        (5, "line 5 is not valid UTF-8"),
+        (5, "not valid UTF-8: invalid start byte (byte 0xff at offset 11)"),
     ]
+    assert bad[2].raw == '{"title": "\ufffd\ufffd"}'
+    assert bad[2].raw_bytes == b'{"title": "\xff\xfe"}'  # the exact bytes, for recovery
+
+
+def test_gbk_lines_keep_their_bytes_and_are_named(tmp_path: Path) -> None:
+    line = '{"title": "中文标题"}'.encode("gbk")
+    path = _write(tmp_path / "gbk.jsonl", line + b"\n" + b"\x00\x9f\xff binary\n")
+    gbk, binary = list(read_corpus(path))
+    assert isinstance(gbk, BadRecord) and gbk.raw_bytes == line
+    assert gbk.kind == "not valid UTF-8, decodes as GB18030 (convert the file: iconv -f GB18030 -t UTF-8)"
+    assert isinstance(binary, BadRecord) and binary.kind == "not valid UTF-8"
+    assert binary.raw_bytes == b"\x00\x9f\xff binary"
+
+
+def test_oversized_lines_are_not_parsed(tmp_path: Path) -> None:
+    big = ('{"title": "' + "长" * 1000 + '"}').encode()
+    path = _write(tmp_path / "c.jsonl", big + b"\n" + b'{"title": "short"}\n')
+    over, ok = list(read_corpus(path, max_record_bytes=1000))
+    assert isinstance(over, BadRecord)
+    assert (over.line, over.reason, over.kind) == (
+        1, f"record is {len(big)} bytes, over the limit of 1000 (--max-record-bytes)", "record over --max-record-bytes",
+    )
+    assert over.raw == big.decode() and over.raw_bytes is None  # valid UTF-8: the text is the record
+    assert isinstance(ok, SourceRecord) and ok.fields == {"title": "short"}
 
 
 def test_tsv_without_header_uses_columns_and_flags_wrong_column_counts(tmp_path: Path) -> None:
     path = _write(tmp_path / "c.tsv", "体育\t比赛开始\n财经\n娱乐\t电影\t多余\n".encode())
     records = list(read_corpus(path, columns=("label", "content")))
     assert isinstance(records[0], SourceRecord) and records[0].fields == {"label": "体育", "content": "比赛开始"}
-    assert [(r.line, r.reason) for r in records[1:]] == [
-        (2, "expected 2 columns (label, content), found 1"),
-        (3, "expected 2 columns (label, content), found 3"),
+    assert [(r.line, r.reason, r.kind) for r in records[1:]] == [
+        (2, "expected 2 columns (label, content), found 1", "expected 2 columns"),
+        (3, "expected 2 columns (label, content), found 3", "expected 2 columns"),
     ]
+
+
+def test_tsv_without_header_says_which_columns_to_pass(tmp_path: Path) -> None:
+    path = _write(tmp_path / "docs.tsv", "体育\t马晓旭意外受伤让国奥警惕，无奈大雨格外青睐殷家军\n财经\t央行开展逆回购\n".encode())
+    with pytest.raises(CorpusError) as err:
+        list(read_corpus(path, text_fields=("title", "content")))
+    assert str(err.value) == (
+        f"{path}: line 1 is read as the header row, but none of its 2 columns (体育, 马晓旭意外受伤让国奥警惕，无奈大雨格外青…) "
+        "is a text field (title, content). If the file has no header row, name its columns with --columns, "
+        "e.g. --columns col1,content; if it has one, pass --text-fields with its text columns"
+    )
+    with pytest.raises(CorpusError, match=r"^--columns label,body names none of the text fields \(title, content\); "):
+        list(read_corpus(path, columns=("label", "body"), text_fields=("title", "content")))
+    records = list(read_corpus(path, columns=("label", "content"), text_fields=("title", "content")))
+    assert [r.line for r in records] == [1, 2]  # no line lost to a header
 
 
 def test_csv_with_header_and_quoted_commas(tmp_path: Path) -> None:

@@ -1,0 +1,42 @@
+"""Fixtures of the indexer tests: small dictionaries and 200 real news articles."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from jingpai.keyword_dict import Dictionary, Entry
+
+DICT_V1 = [
+    Entry("沪指", "stocks", 3.0, 12),
+    Entry("楼市", "realty", 2.5, 9),
+    Entry("央行", "finance", 2.0, 20),
+]
+
+
+@pytest.fixture(scope="module")
+def dictionary() -> Dictionary:
+    return Dictionary(DICT_V1)
+
+
+@pytest.fixture(scope="module")
+def dictionary_v2() -> Dictionary:
+    return Dictionary([*DICT_V1, Entry("降准", "finance", 2.8, 5)])
+
+
+@pytest.fixture(scope="module")
+def news_jsonl(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> Path:
+    """200 real news articles (cnews_sample) as JSONL: title = first sentence, content = article."""
+    out = tmp_path_factory.mktemp("corpus") / "news.jsonl"
+    lines = []
+    with (shared_data / "zh" / "cnews_sample" / "docs.tsv").open(encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            if i >= 200:
+                break
+            label, article = line.rstrip("\n").split("\t", 1)
+            title = article.split("。")[0][:60]
+            lines.append(json.dumps({"id": f"n{i}", "category": label, "title": title, "content": article[:600]}, ensure_ascii=False))
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return out
