@@ -6,8 +6,9 @@ Routes (see ``docs/service.md``):
   ``[{index, score, text?}]`` best first. Callers with first-stage scores add ``scores`` (parallel to
   ``texts``) and optionally ``fusion``, ``fusion_weight``, ``rrf_k`` (:mod:`jingpai.reranker.fusion`):
   ``score`` is then the fused score and ``model_score`` the model's.
-* ``POST /v1/rerank``, ``POST /v2/rerank`` — Cohere / Jina: ``{query, documents, top_n?,
-  return_documents?}`` → ``{results: [{index, relevance_score, document?}], …}`` best first.
+* ``POST /v1/rerank``, ``POST /v2/rerank`` — Cohere / Jina: ``{model?, query, documents, top_n?,
+  return_documents?}`` (``model``: the served name, or left out) → ``{results: [{index, relevance_score,
+  document?}], …}`` best first.
 * ``POST /opensearch/text_similarity`` — OpenSearch ML connector: ``{query_text, text_docs}`` →
   ``{inference_results: [{output: [{name: "similarity", data_type: "FLOAT32", shape: [1], data: [s]}]}]}``
   in input order.
@@ -42,7 +43,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 import numpy as np
 import torch
@@ -51,7 +52,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from jingpai import __version__
 from jingpai.reranker.base import Pair, Reranker
@@ -84,7 +85,7 @@ class ServiceSettings:
 
     Attributes:
         model_name: name reported by ``/info`` and in Cohere/Jina responses (``None``: the architecture).
-        model_dir: where the model was loaded from (reported by ``/info`` only).
+        model_dir: where the model was loaded from (reported by ``/info`` only with ``expose_model_dir``).
         device: ``auto`` (CUDA when available), ``cpu`` or ``cuda``; used by the CLI to load the model.
         dtype: ``auto`` (GPU: bf16, or fp16 where bf16 is unsupported; CPU: bf16 where the CPU has native
             bf16 — AMX or AVX512-BF16 — else fp32), ``bf16``, ``fp16``, ``fp32`` or ``int8``. bf16/fp16 run
@@ -107,6 +108,8 @@ class ServiceSettings:
             ignored).
         threads: torch intra-op threads (``None``: torch's default); applied by the CLI.
         warmup: run one tiny batch at start-up so the first request does not pay for lazy initialisation.
+        expose_model_dir: ``/info`` reports ``model_dir`` (off by default: a server path tells clients
+            nothing they need and tells an attacker about the host's layout).
     """
 
     model_name: str | None = None
@@ -124,6 +127,7 @@ class ServiceSettings:
     max_chunks_per_doc: int = 8
     threads: int | None = None
     warmup: bool = True
+    expose_model_dir: bool = False
 
     def __post_init__(self) -> None:
         for name, choices in (("device", Device), ("dtype", DType), ("long_docs", LongDocs)):
@@ -272,6 +276,10 @@ def error_response(exc: Exception) -> JSONResponse:
         status, kind, message = exc.status_code, exc.error_type, str(exc)
         if isinstance(exc, QueueTimeoutError):
             headers["Retry-After"] = str(exc.retry_after_s)
+    elif isinstance(exc, StarletteHTTPException) and exc.status_code == 400 and exc.__cause__ is not None:
+        # FastAPI's answer to a body it cannot even decode (not UTF-8/16/32 text); its own detail names no cause
+        status, kind = 400, "bad_request"
+        message = f"the body could not be read as JSON text ({type(exc.__cause__).__name__}: {exc.__cause__})"
     elif isinstance(exc, StarletteHTTPException):  # routing: 404, 405
         status, kind, message = exc.status_code, "http", str(exc.detail)
         headers.update(exc.headers or {})
@@ -290,6 +298,14 @@ def _describe_validation_error(err: dict[str, Any]) -> str:
         return f"the body is not valid JSON (at character {loc}: {err.get('ctx', {}).get('error', 'invalid')})"
     if err.get("type") == "extra_forbidden":
         return f"{loc}: unknown field (see /openapi.json for the accepted fields)"
+    if loc == "body" and err.get("type") in ("missing", "model_attributes_type"):
+        return "the body must be a JSON object sent with content-type: application/json (see /openapi.json)"
+    if err.get("type") == "too_short":
+        n = err.get("ctx", {}).get("min_length", 1)
+        return f"{loc} must hold at least {n} item{'s' if n != 1 else ''}"
+    if loc == "model" and err.get("type") == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "?")
+        return f"model {err.get('input')!r} is not served here; this service serves {expected} (send that name or leave model out)"
     return f"{loc}: {err.get('msg', 'invalid')}"
 
 
@@ -957,15 +973,27 @@ class RerankService:
 # ---------------------------------------------------------------------------------------- API models
 
 
+def _integral(value: Any) -> Any:
+    # JSON Schema counts 3.0 as an integer (clients and schemathesis send such); strict int alone refuses it
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+#: a JSON integer ≥ 1: ``3`` or ``3.0``, never ``"3"``, ``true`` or ``3.5`` (the bound sits inside the
+#: annotation: outside it, pydantic would write ``ge`` instead of ``minimum`` into the JSON schema)
+PositiveJsonInt = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: a value must already have its schema type (``0`` is no boolean, ``"3"`` no integer), so
+    # whatever the OpenAPI schema calls invalid is refused rather than quietly coerced
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class TeiRerankRequest(_Strict):
     """Hugging Face text-embeddings-inference ``/rerank`` request."""
 
     query: str
-    texts: list[str]
+    texts: list[str] = Field(min_length=1)
     truncate: bool | None = Field(None, description="false: reject pairs over max_length (413) instead of cutting them")
     raw_scores: bool = Field(False, description="true: the model's raw score instead of a [0, 1] relevance")
     return_text: bool = False
@@ -976,7 +1004,7 @@ class TeiRerankRequest(_Strict):
     fusion_weight: float | None = Field(
         None, ge=0.0, le=1.0, description=f"the first-stage scores' weight for linear/rrf (default {FusionSpec.weight})"
     )
-    rrf_k: int | None = Field(None, ge=1, description=f"RRF constant (default {FusionSpec.rrf_k})")
+    rrf_k: PositiveJsonInt | None = Field(None, description=f"RRF constant (default {FusionSpec.rrf_k})")
 
     def fusion_spec(self) -> FusionSpec | None:
         """The requested fusion (``None``: no ``scores``, plain reranking).
@@ -1009,15 +1037,19 @@ class CohereDocument(_Strict):
 
 
 class CohereRerankRequest(_Strict):
-    """Cohere / Jina rerank request (``model`` is accepted and ignored: this service serves one model)."""
+    """Cohere / Jina rerank request.
 
-    model: str | None = None
+    ``create_app`` narrows ``model`` to the served model's name: a request naming another model is
+    refused (422) rather than silently answered by this one.
+    """
+
+    model: str | None = Field(None, description="the served model's name (see /info), or left out")
     query: str
-    documents: list[str | CohereDocument]
-    top_n: int | None = Field(None, ge=1)
+    documents: list[str | CohereDocument] = Field(min_length=1)
+    top_n: PositiveJsonInt | None = None
     return_documents: bool = False
-    max_chunks_per_doc: int | None = Field(None, ge=1, description="Cohere v1: score the best of up to N chunks of long documents")
-    max_tokens_per_doc: int | None = Field(None, ge=1, description="Cohere v2: cut each document to N tokens")
+    max_chunks_per_doc: PositiveJsonInt | None = Field(None, description="Cohere v1: score the best of up to N chunks of long documents")
+    max_tokens_per_doc: PositiveJsonInt | None = Field(None, description="Cohere v2: cut each document to N tokens")
 
 
 class CohereResult(BaseModel):
@@ -1045,7 +1077,7 @@ class TextSimilarityRequest(_Strict):
     """OpenSearch ML Commons ``text_similarity`` input."""
 
     query_text: str
-    text_docs: list[str]
+    text_docs: list[str] = Field(min_length=1)
 
 
 class ModelTensor(BaseModel):
@@ -1061,6 +1093,33 @@ class ModelTensorOutput(BaseModel):
 
 class TextSimilarityResponse(BaseModel):
     inference_results: list[ModelTensorOutput]
+
+
+class ErrorBody(BaseModel):
+    """Every error response: a message naming the bad value or the limit (and where it is set), and its kind."""
+
+    error: str
+    error_type: str = Field(
+        description="validation | bad_request | payload_too_large | overloaded | unavailable | backend | internal | http"
+    )
+
+
+#: the errors a scoring route can answer (``responses=`` of the routes; 422 replaces FastAPI's own schema,
+#: whose ``{"detail": [...]}`` shape this service never sends)
+_SCORING_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorBody, "description": "the body is not text (not UTF-8/16/32)"},
+    413: {
+        "model": ErrorBody,
+        "description": "body over max_body_bytes, more documents than max_docs, or truncate=false and a pair over max_length",
+    },
+    422: {
+        "model": ErrorBody,
+        "description": "invalid JSON; an unknown or missing field; a value of the wrong type or range; an empty document list; "
+        "a query over max_query_chars; another model's name; input the model cannot read",
+    },
+    500: {"model": ErrorBody, "description": "the model's forward pass failed for this request"},
+    503: {"model": ErrorBody, "description": "waited longer than queue_timeout_ms (with Retry-After), or the service is shutting down"},
+}
 
 
 class Health(BaseModel):
@@ -1079,7 +1138,7 @@ class Limits(BaseModel):
 class Info(BaseModel):
     model_name: str
     architecture: str
-    model_dir: str | None = None
+    model_dir: str | None = Field(None, description="where the model was loaded from; only with --expose-model-dir")
     dictionary_version: str | None = None
     jingpai_version: str
     device: str
@@ -1214,7 +1273,7 @@ def create_app(settings: ServiceSettings, model: Reranker) -> FastAPI:
     for exc_type in (ServiceError, RequestValidationError, StarletteHTTPException, Exception):
         app.add_exception_handler(exc_type, lambda request, exc: error_response(exc))
 
-    @app.post("/rerank", response_model=list[TeiRank], response_model_exclude_none=True, tags=["rerank"])
+    @app.post("/rerank", response_model=list[TeiRank], response_model_exclude_none=True, tags=["rerank"], responses=_SCORING_ERRORS)
     async def tei_rerank(req: TeiRerankRequest) -> list[TeiRank]:
         """TEI-compatible rerank: all texts, best first; with ``scores``, fused with those first-stage scores."""
         spec = req.fusion_spec()
@@ -1233,6 +1292,14 @@ def create_app(settings: ServiceSettings, model: Reranker) -> FastAPI:
             TeiRank(index=int(i), score=float(fused[i]), model_score=float(scores[i]), text=req.texts[i] if req.return_text else None)
             for i in fused_order(fused, engine_ranks)
         ]
+
+    # the served name is known only here: narrowing the field's type makes the schema's enum and the
+    # validation one and the same
+    served = service.model_name
+    cohere_request = create_model(
+        "CohereRerankRequest", __base__=CohereRerankRequest, __doc__=CohereRerankRequest.__doc__,
+        model=(Literal[served] | None, Field(None, description=f"the served model's name, {served!r}, or left out")),  # type: ignore[valid-type]
+    )
 
     def cohere(version: str):  # noqa: ANN202
         async def rerank(req: CohereRerankRequest) -> CohereRerankResponse:
@@ -1255,22 +1322,24 @@ def create_app(settings: ServiceSettings, model: Reranker) -> FastAPI:
             )
 
         rerank.__doc__ = f"Cohere/Jina-compatible rerank (API v{version}): top_n results, best first."
+        # FastAPI validates against the annotation; the annotations here are strings naming module-level types
+        rerank.__annotations__["req"] = cohere_request
         return rerank
 
     for version in ("1", "2"):
         app.post(
             f"/v{version}/rerank", response_model=CohereRerankResponse, response_model_exclude_none=True, tags=["rerank"],
-            name=f"cohere_rerank_v{version}",
+            name=f"cohere_rerank_v{version}", responses=_SCORING_ERRORS,
         )(cohere(version))
 
-    @app.post("/opensearch/text_similarity", response_model=TextSimilarityResponse, tags=["rerank"])
+    @app.post("/opensearch/text_similarity", response_model=TextSimilarityResponse, tags=["rerank"], responses=_SCORING_ERRORS)
     async def opensearch_text_similarity(req: TextSimilarityRequest) -> TextSimilarityResponse:
         """OpenSearch ML connector shape: one similarity tensor per document, in input order."""
         raw = await service.score(req.query_text, req.text_docs, query_field="query_text", docs_field="text_docs")
         scores = service.normalize(raw)
         return TextSimilarityResponse(inference_results=[ModelTensorOutput(output=[ModelTensor(data=[float(s)])]) for s in scores])
 
-    @app.get("/health", response_model=Health, tags=["service"])
+    @app.get("/health", response_model=Health, tags=["service"], responses={503: {"model": ErrorBody, "description": "the engine is shut down"}})
     async def health() -> Health:
         """Liveness: 200 while the service accepts requests."""
         if service.engine.closed:
@@ -1284,7 +1353,7 @@ def create_app(settings: ServiceSettings, model: Reranker) -> FastAPI:
         return Info(
             model_name=service.model_name,
             architecture=model.name,
-            model_dir=str(settings.model_dir) if settings.model_dir else None,
+            model_dir=str(settings.model_dir) if settings.model_dir and settings.expose_model_dir else None,
             dictionary_version=model.keyword_dict_version,
             jingpai_version=__version__,
             device=str(model.device),
@@ -1300,7 +1369,10 @@ def create_app(settings: ServiceSettings, model: Reranker) -> FastAPI:
             ),
         )
 
-    @app.get("/metrics", tags=["service"], response_class=Response)
+    @app.get(
+        "/metrics", tags=["service"], response_class=Response,
+        responses={200: {"description": "Prometheus text exposition format", "content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}}}},
+    )
     async def prometheus_metrics() -> Response:
         """Prometheus text format: requests, pairs, batch sizes, queue time, inference time."""
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)

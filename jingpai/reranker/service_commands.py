@@ -55,12 +55,14 @@ def _env(name: str) -> str:
 @click.option("--threads", type=click.IntRange(min=1), default=None, envvar=_env("THREADS"), show_envvar=True,
               help="torch CPU threads (default: torch's choice).")
 @click.option("--no-warmup", is_flag=True, envvar=_env("NO_WARMUP"), show_envvar=True, help="Skip the start-up warm-up batch.")
+@click.option("--expose-model-dir", is_flag=True, envvar=_env("EXPOSE_MODEL_DIR"), show_envvar=True,
+              help="Report the model directory's path in /info (off: the path stays private).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True, envvar=_env("LOG_LEVEL"), show_envvar=True, help="uvicorn log level.")
 def serve(model_dir: Path, model_name: str | None, host: str, port: int, device: str, dtype: str, max_batch_tokens: int,
           max_length: int | None, max_docs: int, max_body_bytes: int, max_query_chars: int, queue_timeout_ms: int,
           batch_wait_ms: float, long_docs: str, max_chunks_per_doc: int, threads: int | None, no_warmup: bool,
-          log_level: str) -> None:
+          expose_model_dir: bool, log_level: str) -> None:
     """Serve a saved reranking model: TEI /rerank, Cohere/Jina /v1|/v2/rerank, OpenSearch
     /opensearch/text_similarity, plus /health, /info, /metrics and /docs."""
     import torch
@@ -87,6 +89,7 @@ def serve(model_dir: Path, model_name: str | None, host: str, port: int, device:
             max_chunks_per_doc=max_chunks_per_doc,
             threads=threads,
             warmup=not no_warmup,
+            expose_model_dir=expose_model_dir,
         )
         if settings.threads is not None:
             torch.set_num_threads(settings.threads)

@@ -138,7 +138,7 @@ def test_tei_rerank_fusion_errors_name_the_problem(client: TestClient) -> None:
 def test_cohere_jina_rerank_contract(client: TestClient, model: Reranker, version: str) -> None:
     expected = sigmoid(model.predict([(QUERY, d) for d in DOCS]))
     documents = [DOCS[0], {"text": DOCS[1]}, *DOCS[2:]]
-    r = client.post(f"/v{version}/rerank", json={"model": "rerank-v3.5", "query": QUERY, "documents": documents, "top_n": 3, "return_documents": True})
+    r = client.post(f"/v{version}/rerank", json={"model": "tiny-cross", "query": QUERY, "documents": documents, "top_n": 3, "return_documents": True})
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["model"] == "tiny-cross" and body["meta"] == {"api_version": {"version": version}} and body["id"]
@@ -182,6 +182,13 @@ def test_health_info_metrics_and_openapi(client: TestClient) -> None:
     assert {"/rerank", "/v1/rerank", "/v2/rerank", "/opensearch/text_similarity", "/health", "/info", "/metrics"} <= set(spec["paths"])
     tei = spec["components"]["schemas"]["TeiRerankRequest"]
     assert tei["required"] == ["query", "texts"] and tei["additionalProperties"] is False
+
+
+def test_info_keeps_the_model_directory_private_unless_told(model: Reranker, model_dir: Path) -> None:
+    with TestClient(create_app(fp32(model_dir=model_dir, warmup=False), model)) as c:
+        assert c.get("/info").json()["model_dir"] is None
+    with TestClient(create_app(fp32(model_dir=model_dir, warmup=False, expose_model_dir=True), model)) as c:
+        assert c.get("/info").json()["model_dir"] == str(model_dir)
 
 
 # ------------------------------------------------------------------------------------ batching
@@ -309,9 +316,62 @@ def test_unknown_fields_and_bad_values_are_422(client: TestClient) -> None:
     r = client.post("/rerank", json={"query": "q"})
     assert r.status_code == 422 and r.json()["error"] == "texts: Field required"
     r = client.post("/rerank", json={"query": "q", "texts": []})
-    assert r.status_code == 422 and r.json()["error"] == "texts must hold at least one document"
+    assert r.status_code == 422 and r.json()["error"] == "texts must hold at least 1 item"
     r = client.post("/rerank", content=b'{"query": ', headers={"content-type": "application/json"})
     assert r.status_code == 422 and r.json()["error"].startswith("the body is not valid JSON (at character 10")
+    r = client.post("/rerank", content=b'{"query": "q", "texts": ["a"]}', headers={"content-type": "text/plain"})
+    assert r.status_code == 422
+    assert r.json()["error"] == "the body must be a JSON object sent with content-type: application/json (see /openapi.json)"
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "error"),
+    [
+        ("/v1/rerank", {"documents": [], "query": "q"}, "documents must hold at least 1 item"),
+        ("/opensearch/text_similarity", {"text_docs": [], "query_text": "q"}, "text_docs must hold at least 1 item"),
+        ("/v2/rerank", {"documents": ["a"], "query": "q", "return_documents": 0}, "return_documents: Input should be a valid boolean"),
+        ("/rerank", {"texts": ["a"], "query": "q", "raw_scores": 1}, "raw_scores: Input should be a valid boolean"),
+        ("/rerank", {"texts": ["a"], "query": "q", "truncate": "false"}, "truncate: Input should be a valid boolean"),
+        ("/v1/rerank", {"documents": ["a"], "query": "q", "top_n": "2"}, "top_n: Input should be a valid integer"),
+        ("/v1/rerank", {"documents": ["a"], "query": "q", "top_n": 1.5}, "top_n: Input should be a valid integer"),
+        ("/v1/rerank", {"documents": ["a"], "query": "q", "top_n": True}, "top_n: Input should be a valid integer"),
+        ("/rerank", {"texts": ["a"], "query": "q", "scores": ["1"]}, "scores.0: Input should be a valid number"),
+    ],
+)
+def test_values_are_taken_only_with_their_schema_type(client: TestClient, path: str, body: dict, error: str) -> None:
+    r = client.post(path, json=body)
+    assert r.status_code == 422 and r.json() == {"error": error, "error_type": "validation"}
+
+
+def test_an_integral_float_is_an_integer_as_in_json_schema(client: TestClient) -> None:
+    r = client.post("/v2/rerank", json={"query": QUERY, "documents": DOCS, "top_n": 2.0, "max_tokens_per_doc": 16.0})
+    assert r.status_code == 200, r.text
+    assert len(r.json()["results"]) == 2
+
+
+@pytest.mark.parametrize("version", ["1", "2"])
+def test_cohere_model_must_be_the_served_one_or_left_out(client: TestClient, version: str) -> None:
+    for model in ("tiny-cross", None):
+        r = client.post(f"/v{version}/rerank", json={"model": model, "query": QUERY, "documents": DOCS[:2]})
+        assert r.status_code == 200 and r.json()["model"] == "tiny-cross", r.text
+    r = client.post(f"/v{version}/rerank", json={"model": "rerank-v3.5", "query": QUERY, "documents": DOCS[:2]})
+    assert r.status_code == 422
+    assert r.json() == {
+        "error": "model 'rerank-v3.5' is not served here; this service serves 'tiny-cross' (send that name or leave model out)",
+        "error_type": "validation",
+    }
+
+
+def test_a_body_that_is_not_text_is_400_naming_the_cause_and_documented(client: TestClient) -> None:
+    r = client.post("/rerank", content=b'{"query": "\xff"}', headers={"content-type": "application/json"})
+    assert r.status_code == 400
+    assert r.json() == {
+        "error": "the body could not be read as JSON text (UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 11: "
+        "invalid start byte)",
+        "error_type": "bad_request",
+    }
+    documented = client.get("/openapi.json").json()["paths"]["/rerank"]["post"]["responses"]["400"]
+    assert documented["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorBody"}
 
 
 def test_truncate_false_rejects_pairs_over_max_length(client: TestClient, model: Reranker) -> None:

@@ -33,7 +33,8 @@ def server(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     """``python -m jingpai serve`` in a subprocess, configured partly through JINGPAI_SERVE_* env vars."""
     port = free_port()
     log = tmp_path_factory.mktemp("serve-log") / "serve.log"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "JINGPAI_SERVE_MAX_DOCS": "3", "JINGPAI_SERVE_MODEL_NAME": "zh-tiny"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "JINGPAI_SERVE_MAX_DOCS": "3", "JINGPAI_SERVE_MODEL_NAME": "zh-tiny",
+           "JINGPAI_SERVE_EXPOSE_MODEL_DIR": "1"}
     cmd = [sys.executable, "-m", "jingpai", "serve", "--model", str(model_dir), "--port", str(port),
            "--device", "cpu", "--dtype", "fp32", "--threads", "1", "--log-level", "warning"]
     with log.open("w") as fh:
