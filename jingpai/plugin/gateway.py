@@ -13,6 +13,11 @@
   headers and body of the answer). The gateway adds no headers or credentials of its own and only
   ever talks to the configured engine and reranker URLs.
 
+Malformed requests are forwarded unchanged so the engine answers them (:class:`NotOursToJudge`); no error
+drops the client's keep-alive connection (:meth:`Gateway.guarded`); reranker calls are bounded gateway-wide
+and per ``_msearch`` (``reason: reranker_busy`` past ``timeout_ms`` of waiting); a client's ``filter_path``
+is applied after reranking (:class:`FilterPath`); the index-metadata cache is keyed by credentials.
+
 Per request: ``?jingpai=off|augment|rerank``, ``?jingpai_fusion=…&jingpai_fusion_weight=…&jingpai_rrf_k=…``
 and a body section ``ext.jingpai`` (:class:`JingpaiExt`), all removed before the request is forwarded.
 
@@ -354,6 +359,7 @@ def _index_expression(value: Any) -> str | None:
     raise NotOursToJudge(f"_msearch header [index] is neither a string nor a list of strings: {value!r}")
 
 
+@functools.lru_cache(maxsize=256)
 def _segment_regex(segment: str) -> re.Pattern[str]:
     return re.compile("(?:" + ".*".join(re.escape(p) for p in segment.split("*")) + r")\Z")
 

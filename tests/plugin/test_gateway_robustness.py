@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from jingpai.plugin.gateway import create_app
+from jingpai.plugin.gateway import FilterPath, create_app
 from jingpai.plugin.settings import GatewaySettings
 from jingpai.reranker.service import create_app as create_service_app
 from tests.plugin.conftest import Setup, free_port, ids, search, serve
@@ -220,6 +220,20 @@ def test_big_msearch_bounds_rerank_calls_and_flags_each_item(setup: Setup, dicti
 
 
 # ------------------------------------------------------------------ item 11: filter_path
+
+
+@pytest.mark.parametrize(
+    "expression",
+    ["hits.hits._id", "hits.total,hits.hits._source.title", "**._id", "hits.hits._s*", "-hits.hits._source,-_shards",
+     "hits.*.title", "-_shards,hits.hits._id,-hits.hits._index", "nothing.here", "hits.hits._source"],
+)
+def test_filter_path_matches_the_engines_own(setup: Setup, expression: str) -> None:
+    body = {"query": BROAD, "size": 3, "_source": ["title"]}
+    full = httpx.post(f"{setup.engine.url}/{setup.plain_index}/_search", json=body, timeout=60).json()
+    filtered = httpx.post(f"{setup.engine.url}/{setup.plain_index}/_search", json=body, params={"filter_path": expression}, timeout=60).json()
+    ours = FilterPath.parse(expression).apply(full)
+    ours.pop("took", None), filtered.pop("took", None)  # differs between the two calls
+    assert ours == filtered
 
 
 def test_filter_path_is_applied_after_reranking(setup: Setup, client: httpx.Client) -> None:
