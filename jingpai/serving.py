@@ -56,7 +56,9 @@ class ServerThread:
         """
         import uvicorn
 
-        config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning", lifespan="on")
+        # an app may name its HTTP protocol class (the gateway's accepts raw UTF-8 request targets)
+        http = getattr(getattr(self.app, "state", None), "http_protocol", None) or "auto"
+        config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning", lifespan="on", http=http)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, name=f"jingpai-{self.name}", daemon=True)
         self._thread.start()

@@ -34,6 +34,9 @@ _OPTION_FIELDS: dict[str, str] = {
     "rerank_fields": "rerank_fields",
     "doc_chars": "doc_chars",
     "timeout_ms": "timeout_ms",
+    "rerank_concurrency": "rerank_concurrency",
+    "msearch_rerank_concurrency": "msearch_rerank_concurrency",
+    "expose_internals": "expose_internals",
     "breaker_failures": "breaker_failures",
     "breaker_reset_s": "breaker_reset_s",
     "dicts": "dict_dirs",
@@ -91,6 +94,13 @@ def build_settings(ctx: click.Context, values: dict[str, Any], config: Path | No
 @click.option("--doc-chars", envvar=f"{ENV}DOC_CHARS", type=int, default=512, show_default=True, help="Characters of each document sent.")
 @click.option("--timeout-ms", envvar=f"{ENV}TIMEOUT_MS", type=int, default=GatewaySettings.timeout_ms, show_default=True,
               help="Reranker timeout; on timeout the engine order is served (reason reranker_timeout).")
+@click.option("--rerank-concurrency", envvar=f"{ENV}RERANK_CONCURRENCY", type=int, default=GatewaySettings.rerank_concurrency,
+              show_default=True, help="Reranker calls in flight at once, gateway-wide (a search waits timeout-ms for a slot).")
+@click.option("--msearch-rerank-concurrency", envvar=f"{ENV}MSEARCH_RERANK_CONCURRENCY", type=int,
+              default=GatewaySettings.msearch_rerank_concurrency, show_default=True,
+              help="Reranker calls in flight at once for one _msearch request.")
+@click.option("--expose-internals/--no-expose-internals", envvar=f"{ENV}EXPOSE_INTERNALS", default=GatewaySettings.expose_internals,
+              show_default=True, help="Show engine/reranker URLs in /_jingpai/health and error bodies.")
 @click.option("--breaker-failures", envvar=f"{ENV}BREAKER_FAILURES", type=int, default=3, show_default=True,
               help="Consecutive reranker failures that open the circuit breaker.")
 @click.option("--breaker-reset-s", envvar=f"{ENV}BREAKER_RESET_S", type=float, default=10.0, show_default=True,
@@ -127,7 +137,7 @@ def gateway(ctx: click.Context, config: Path | None, **values: Any) -> None:
         f"reranker {settings.reranker_url or '(none)'}, mode {settings.mode}, window {settings.window}",
         err=True,
     )
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", http=app.state.http_protocol)
 
 
 def setting_hint(field_name: str) -> str:

@@ -13,6 +13,11 @@
   headers and body of the answer). The gateway adds no headers or credentials of its own and only
   ever talks to the configured engine and reranker URLs.
 
+Malformed requests are forwarded unchanged so the engine answers them (:class:`NotOursToJudge`); no error
+drops the client's keep-alive connection (:meth:`Gateway.guarded`); reranker calls are bounded gateway-wide
+and per ``_msearch`` (``reason: reranker_busy`` past ``timeout_ms`` of waiting); a client's ``filter_path``
+is applied after reranking (:class:`FilterPath`); the index-metadata cache is keyed by credentials.
+
 Per request: ``?jingpai=off|augment|rerank``, ``?jingpai_fusion=…&jingpai_fusion_weight=…&jingpai_rrf_k=…``
 and a body section ``ext.jingpai`` (:class:`JingpaiExt`), all removed before the request is forwarded.
 
@@ -27,18 +32,23 @@ import asyncio
 import contextlib
 import copy
 import fnmatch
+import functools
 import gzip
+import hashlib
 import json
 import logging
+import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from urllib.parse import quote, urlencode
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import aiohttp
+from cachetools import TTLCache
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -47,6 +57,7 @@ from yarl import URL
 from jingpai.indexer.mapping import IndexMeta, NotAJingpaiIndexError, read_meta
 from jingpai.plugin.augment import DictionaryStore, QueryRewriter, RewriteResult, find_full_text
 from jingpai.plugin.commands import setting_hint
+from jingpai.plugin.http_protocol import Utf8TargetHttpToolsProtocol
 from jingpai.plugin.rerank_client import CircuitBreaker, RerankClient, RerankUnavailable
 from jingpai.plugin.settings import GATEWAY_MODES, GatewaySettings
 from jingpai.reranker.fusion import FusionError, FusionSpec, fused_order
@@ -58,6 +69,15 @@ ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding", "upgrade", "host"}
 )
+#: request headers that cannot change what the engine lets a client see; every other header (Authorization,
+#: Cookie, run-as and proxy-auth headers whatever their names) keys the index-metadata cache
+NOT_CREDENTIALS = frozenset({
+    "accept", "accept-encoding", "accept-language", "content-type", "content-length", "content-encoding", "user-agent",
+    "x-opaque-id", "traceparent", "tracestate", "x-elastic-client-meta", "elastic-api-version", "x-request-id",
+    "cache-control", "pragma", "expect",
+})
+#: (index, credentials) entries of the index-metadata cache
+META_CACHE_SIZE = 4096
 
 
 # ---------------------------------------------------------------------------------------------- models
@@ -121,10 +141,34 @@ class BadGatewayRequest(GatewayError):
     error_type = "jingpai_illegal_argument_exception"
 
 
+class NotOursToJudge(Exception):
+    """Part of a search the gateway cannot interpret (a ``_source`` of the wrong type, a non-numeric ``size``,
+    an ``_msearch`` header whose ``index`` is not a name): the client's request goes to the engine unchanged
+    and the engine answers it, with its own status and error."""
+
+
 def es_error(status: int, error_type: str, reason: str) -> JSONResponse:
     """An Elasticsearch/OpenSearch-shaped error body, so clients raise their usual exception types."""
     cause = {"type": error_type, "reason": reason}
     return JSONResponse({"error": {"root_cause": [cause], **cause}, "status": status}, status_code=status)
+
+
+def _dumps(value: Any) -> bytes:
+    """``value`` as JSON bytes: UTF-8 where possible, ``\\uXXXX`` escapes when a string holds a lone surrogate
+    (which a client may send escaped, and which UTF-8 cannot encode)."""
+    try:
+        return json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value).encode("ascii")
+
+
+def _clean_text(text: str) -> str:
+    """``text`` without lone surrogates (replaced by ``?``), so it can be sent to the reranker as UTF-8."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "replace").decode("utf-8")
+    return text
 
 
 def _validation_problems(exc: ValidationError, where: Any) -> str:
@@ -132,18 +176,39 @@ def _validation_problems(exc: ValidationError, where: Any) -> str:
     return "; ".join(f"{where(err['loc'])}: {err['msg']} (got {err.get('input')!r})" for err in exc.errors())
 
 
-async def _handle_exception(request: Request, exc: Exception) -> Response:
-    """The one place that turns exceptions into HTTP errors."""
+def handle_exception(exc: Exception, *, method: str, path: str, expose_internals: bool = False) -> Response:
+    """The one place that turns exceptions into HTTP errors (ES-shaped bodies).
+
+    Args:
+        expose_internals: name the engine's host and the low-level error in the body; otherwise only the
+            error's type is named and the details go to the gateway's log.
+    """
     if isinstance(exc, GatewayError):
         return es_error(exc.status, exc.error_type, str(exc))
+    if isinstance(exc, HTTPException):
+        return http_error(exc.status_code, str(exc.detail), exc.headers)
+    detail = f"{type(exc).__name__}: {exc}" if expose_internals else f"{type(exc).__name__} (details in the gateway log)"
     if isinstance(exc, (TimeoutError, aiohttp.ServerTimeoutError)):
-        logger.warning("engine timed out on %s %s: %s", request.method, request.url.path, exc)
-        return es_error(504, "jingpai_engine_timeout_exception", f"the engine did not answer {request.method} {request.url.path} in time: {exc}")
+        logger.warning("engine timed out on %s %s: %s", method, path, exc)
+        return es_error(504, "jingpai_engine_timeout_exception", f"the engine did not answer {method} {path} in time: {detail}")
     if isinstance(exc, aiohttp.ClientError):
-        logger.warning("engine unreachable for %s %s: %s", request.method, request.url.path, exc)
-        return es_error(502, "jingpai_engine_unreachable_exception", f"cannot reach the engine: {type(exc).__name__}: {exc}")
-    logger.exception("unexpected error on %s %s", request.method, request.url.path)
-    return es_error(500, "jingpai_gateway_exception", f"{type(exc).__name__}: {exc}")
+        logger.warning("engine unreachable for %s %s: %s", method, path, exc)
+        return es_error(502, "jingpai_engine_unreachable_exception", f"cannot reach the engine: {detail}")
+    logger.exception("unexpected error on %s %s", method, path)
+    return es_error(500, "jingpai_gateway_exception", f"internal gateway error: {detail}")
+
+
+def http_error(status: int, reason: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """An HTTP-level error of the gateway's own routes (404, 405 …) in the engine's error shape."""
+    kinds = {404: "jingpai_not_found_exception", 405: "jingpai_method_not_allowed_exception"}
+    response = es_error(status, kinds.get(status, "jingpai_http_exception"), reason)
+    response.headers.update(headers or {})
+    return response
+
+
+async def _http_exception(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return http_error(exc.status_code, str(exc.detail), exc.headers)
 
 
 # ---------------------------------------------------------------------------------------------- planning
@@ -168,6 +233,8 @@ class SearchPlan:
     fields: tuple[str, ...] = ()
     added_source: tuple[str, ...] = ()
     drop_source: bool = False
+    #: the client's ``filter_path``, taken off the engine request and applied to the reranked answer
+    filter_path: FilterPath | None = None
     #: whether ``body`` differs from what the client sent (else the client's bytes are forwarded as they came)
     rewritten: bool = False
 
@@ -236,15 +303,18 @@ def _append_member(content: bytes, key: str, value: Any) -> bytes | None:
         return None
     head = head[:-1].rstrip()
     comma = b"" if head.endswith(b"{") else b","
-    return head + comma + json.dumps(key).encode() + b":" + json.dumps(value, ensure_ascii=False).encode() + b"}"
+    return head + comma + json.dumps(key).encode() + b":" + _dumps(value) + b"}"
 
 
-def _as_list(value: Any) -> list[str]:
+def _as_list(value: Any, name: str = "_source") -> list[str]:
+    """A ``_source`` pattern list (``None``, ``"a,b"`` or ``["a", "b"]``); anything else is the engine's to judge."""
     if value is None:
         return []
     if isinstance(value, str):
         return [v for v in value.split(",") if v]
-    return [str(v) for v in value]
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise NotOursToJudge(f"[{name}] is neither a string nor a list of strings: {value!r}")
 
 
 def _get_path(source: dict, path: str) -> Any:
@@ -269,13 +339,113 @@ def _pop_path(source: dict, path: str) -> None:
 
 
 def _int_param(value: Any, name: str) -> int:
+    if isinstance(value, bool):
+        raise NotOursToJudge(f"[{name}] is a boolean: {value!r}")
     try:
         number = int(value)
-    except (TypeError, ValueError) as exc:
-        raise BadGatewayRequest(f"[{name}] must be an integer, got {value!r}") from exc
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise NotOursToJudge(f"[{name}] is not an integer: {value!r}") from exc
     if number < 0:
-        raise BadGatewayRequest(f"[{name}] must be >= 0, got {number}")
+        raise NotOursToJudge(f"[{name}] is negative: {number}")
     return number
+
+
+def _index_expression(value: Any) -> str | None:
+    """An ``_msearch`` header's ``index`` (a name, comma list or list of names) as one expression."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ",".join(value)
+    raise NotOursToJudge(f"_msearch header [index] is neither a string nor a list of strings: {value!r}")
+
+
+@functools.lru_cache(maxsize=256)
+def _segment_regex(segment: str) -> re.Pattern[str]:
+    return re.compile("(?:" + ".*".join(re.escape(p) for p in segment.split("*")) + r")\Z")
+
+
+@dataclass(frozen=True)
+class FilterPath:
+    """The engine's ``filter_path`` response filter, applied by the gateway to answers it rewrites.
+
+    Same rules as Elasticsearch/OpenSearch: comma-separated dotted paths, ``*`` inside a name, ``**`` for any
+    number of levels, arrays are looked through, a ``-`` prefix excludes (exclusions apply first), and
+    objects or arrays left empty by an inclusion are dropped.
+    """
+
+    includes: tuple[tuple[str, ...], ...]
+    excludes: tuple[tuple[str, ...], ...]
+
+    @classmethod
+    def parse(cls, expression: str) -> FilterPath:
+        includes, excludes = [], []
+        for part in expression.split(","):
+            part = part.strip()
+            if part:
+                (excludes if part.startswith("-") else includes).append(tuple(part.lstrip("-").split(".")))
+        return cls(tuple(includes), tuple(excludes))
+
+    def apply(self, data: Any) -> Any:
+        """The filtered copy of ``data`` (``{}`` when nothing is left)."""
+        if self.excludes:
+            data = self._exclude(data, self.excludes)
+        if self.includes:
+            data = self._include(data, self.includes)
+        return {} if data is _NOTHING else data
+
+    @staticmethod
+    def _step(paths: tuple[tuple[str, ...], ...], key: str) -> tuple[bool, tuple[tuple[str, ...], ...]]:
+        """Whether a path ends at ``key``, and the paths still open below it."""
+        done, below = False, []
+        for path in paths:
+            candidates = [path]
+            while candidates:
+                p = candidates.pop()
+                if not p:
+                    continue
+                if p[0] == "**":
+                    below.append(p)  # ** takes this key and may take more
+                    candidates.append(p[1:])  # or none
+                    if len(p) == 1:
+                        done = True
+                elif _segment_regex(p[0]).match(key):
+                    if len(p) == 1:
+                        done = True
+                    else:
+                        below.append(p[1:])
+        return done, tuple(dict.fromkeys(below))
+
+    def _include(self, node: Any, paths: tuple[tuple[str, ...], ...]) -> Any:
+        if isinstance(node, list):
+            kept = [v for v in (self._include(item, paths) for item in node) if v is not _NOTHING]
+            return kept or _NOTHING
+        if not isinstance(node, dict):
+            return _NOTHING
+        out = {}
+        for key, value in node.items():
+            done, below = self._step(paths, key)
+            if done:
+                out[key] = value
+            elif below:
+                kept = self._include(value, below)
+                if kept is not _NOTHING:
+                    out[key] = kept
+        return out or _NOTHING
+
+    def _exclude(self, node: Any, paths: tuple[tuple[str, ...], ...]) -> Any:
+        if isinstance(node, list):
+            return [self._exclude(item, paths) for item in node]
+        if not isinstance(node, dict):
+            return node
+        out = {}
+        for key, value in node.items():
+            done, below = self._step(paths, key)
+            if not done:
+                out[key] = self._exclude(value, below) if below else value
+        return out
+
+
+_NOTHING: Any = object()
 
 
 def _sorts_by_other_fields(sort: Any) -> bool:
@@ -314,7 +484,10 @@ class Gateway:
         if settings.reranker_url:
             breaker = CircuitBreaker(failure_threshold=settings.breaker_failures, reset_timeout_s=settings.breaker_reset_s)
             self.reranker = RerankClient(settings.reranker_url, timeout_ms=settings.timeout_ms, breaker=breaker)
-        self._meta_cache: dict[str, tuple[float, IndexMeta | None]] = {}
+        # keyed by (index, fingerprint of the client's credentials): what one client may read never serves another
+        self._meta_cache: TTLCache[tuple[str, str], IndexMeta | None] = TTLCache(maxsize=META_CACHE_SIZE, ttl=settings.meta_ttl_s)
+        self._rerank_slots: asyncio.Semaphore | None = None
+        self._slots_loop: asyncio.AbstractEventLoop | None = None
         self._timeout_hint = setting_hint("timeout_ms")
 
     @property
@@ -338,6 +511,33 @@ class Gateway:
             )
         return self._engine
 
+    @property
+    def rerank_slots(self) -> asyncio.Semaphore:
+        """The gateway-wide bound on rerank calls in flight (``rerank_concurrency``), one per event loop."""
+        loop = asyncio.get_running_loop()
+        if self._rerank_slots is None or self._slots_loop is not loop:
+            self._slots_loop = loop
+            self._rerank_slots = asyncio.Semaphore(self.settings.rerank_concurrency)
+        return self._rerank_slots
+
+    def guarded(self, endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        """``endpoint`` answering its exceptions itself (:func:`handle_exception`).
+
+        Starlette hands exceptions not handled by a route to its server-error middleware, which re-raises
+        them after answering, and uvicorn then drops the client's keep-alive connection; answered here, the
+        connection stays usable.
+        """
+
+        @functools.wraps(endpoint)
+        async def guarded(request: Request) -> Response:
+            try:
+                return await endpoint(request)
+            except Exception as exc:  # noqa: BLE001 — every error is answered by handle_exception
+                return handle_exception(exc, method=request.method, path=request.url.path,
+                                        expose_internals=self.settings.expose_internals)
+
+        return guarded
+
     async def aclose(self) -> None:
         if self._engine is not None and not self._engine.closed:
             await self._engine.close()
@@ -353,6 +553,23 @@ class Gateway:
         if body_rewritten:
             drop |= {"content-length", "content-encoding"}
         return [(k, v) for k, v in request.headers.items() if k.lower() not in drop]
+
+    @staticmethod
+    def body_headers(request: Request, *, ndjson: bool = False) -> list[tuple[str, str]]:
+        """:meth:`forward_headers` for a body the gateway wrote: the client's ``Content-Type`` when it sent one,
+        else the one the engine requires for a body (a URI search ``GET …/_search?q=`` sends none): JSON, or
+        the compatible-with media type the client's ``Accept`` asks for (the engine wants both to match)."""
+        headers = Gateway.forward_headers(request, body_rewritten=True)
+        if any(k.lower() == "content-type" for k, _ in headers):
+            return headers
+        accept = request.headers.get("accept", "")
+        compat = re.match(r"\s*application/vnd\.(elasticsearch|opensearch)\+json\s*;\s*compatible-with\s*=\s*(\d+)", accept)
+        if compat:
+            kind = "x-ndjson" if ndjson else "json"
+            content_type = f"application/vnd.{compat.group(1)}+{kind};compatible-with={compat.group(2)}"
+        else:
+            content_type = "application/x-ndjson" if ndjson else "application/json"
+        return [*headers, ("content-type", content_type)]
 
     @staticmethod
     def response_headers(resp: aiohttp.ClientResponse | Upstream, *, body_rewritten: bool) -> dict[str, str]:
@@ -408,14 +625,20 @@ class Gateway:
                 raise BadGatewayRequest(f"request body is marked Content-Encoding: gzip but is not gzip data: {exc}") from exc
         return body
 
+    @staticmethod
+    def credentials_key(request: Request) -> str:
+        """A fingerprint of every request header that may carry credentials (all but :data:`NOT_CREDENTIALS`)."""
+        relevant = sorted((k.lower(), v) for k, v in request.headers.items() if k.lower() not in NOT_CREDENTIALS | HOP_BY_HOP)
+        return hashlib.sha256(json.dumps(relevant).encode("utf-8", "surrogateescape")).hexdigest()
+
     async def index_meta(self, index: str | None, request: Request) -> IndexMeta | None:
-        """The jingpai meta of ``index`` (cached for ``meta_ttl_s``), fetched with the client's own credentials."""
+        """The jingpai meta of ``index``, fetched with the client's own credentials and cached for ``meta_ttl_s``
+        per index and credentials (:meth:`credentials_key`): one client's lookup never answers another's."""
         if not index:
             return None
-        now = time.monotonic()
-        cached = self._meta_cache.get(index)
-        if cached is not None and cached[0] > now:
-            return cached[1]
+        key = (index, self.credentials_key(request))
+        if key in self._meta_cache:
+            return self._meta_cache[key]
         headers = [(k, v) for k, v in self.forward_headers(request, body_rewritten=True) if k.lower() not in ("content-type",)]
         resp = await self.fetch("GET", f"/{_path_part(index)}/_mapping", headers=headers)
         if resp.status_code == 200:
@@ -425,7 +648,7 @@ class Gateway:
             logger.info("cannot read the mapping of %r (HTTP %d): not augmenting or reranking", index, resp.status_code)
             if resp.status_code not in (404,):
                 return None  # auth or transient errors are not cached
-        self._meta_cache[index] = (now + self.settings.meta_ttl_s, meta)
+        self._meta_cache[key] = meta
         return meta
 
     # ------------------------------------------------------------------ planning one search
@@ -463,10 +686,35 @@ class Gateway:
                    fusion_param: FusionParams | None = None) -> SearchPlan:
         """Decide augmentation and reranking for one search and rewrite its body and parameters.
 
+        A search the gateway cannot interpret (:class:`NotOursToJudge`, or a shape its planning trips over)
+        is planned unchanged, ``reason: unsupported_request``: the engine answers it as it would directly.
+
         Args:
             fusion_param: the request's URL fusion parameters; they win over ``ext.jingpai``, which wins over
                 the index's ``indices`` entry, which wins over the gateway's fusion.
+
+        Raises:
+            BadGatewayRequest: a bad ``ext.jingpai`` or fusion parameter (the gateway's own input).
         """
+        try:
+            return await self._plan(request, index, body, params, mode_param, fusion_param)
+        except (NotOursToJudge, RecursionError, TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+            logger.warning("forwarding a search on %r unchanged (the engine judges it): %s: %s", index, type(exc).__name__, exc)
+            return self.unchanged_plan(body, params, mode_param or self.settings.mode)
+
+    @staticmethod
+    def unchanged_plan(body: dict, params: dict[str, str], mode: str) -> SearchPlan:
+        """The client's search as it came (only ``ext.jingpai`` removed): not augmented, not reranked."""
+        plan = SearchPlan(body=body, params=dict(params), mode=mode, reason="unsupported_request", augment_reason="unsupported_request")
+        ext = body.get("ext")
+        if isinstance(ext, dict) and "jingpai" in ext:
+            rest = {k: v for k, v in ext.items() if k != "jingpai"}
+            plan.body = {k: v for k, v in body.items() if k != "ext"} | ({"ext": rest} if rest else {})
+            plan.rewritten = True
+        return plan
+
+    async def _plan(self, request: Request, index: str | None, body: dict, params: dict[str, str], mode_param: str | None,
+                    fusion_param: FusionParams | None) -> SearchPlan:
         body = copy.deepcopy(body)
         had_ext = isinstance(body.get("ext"), dict) and "jingpai" in body["ext"]
         ext = self._parse_ext(body)
@@ -571,6 +819,9 @@ class Gateway:
         params.pop("size", None)
         body["from"], body["size"] = 0, max(plan.window, plan.from_ + plan.size)
         plan.rerank = plan.rewritten = True
+        if "filter_path" in params:
+            # the engine would filter away what reranking reads (_source, _score): applied to the answer instead
+            plan.filter_path = FilterPath.parse(params.pop("filter_path"))
         plan.query_text = ext.query or plan.rewrite.query_text or params.get("q", "")
         fields = tuple(ext.fields or self.settings.rerank_fields or meta.text_fields)
         # URL source filters are folded into the body so one place decides what the window must return
@@ -604,6 +855,8 @@ class Gateway:
                 body["_source"] = {**user_source, "includes": includes + list(missing)}
                 body["_source"].pop("include", None)
             plan.added_source = missing if includes else ()
+        elif user_source not in (None, True):
+            raise NotOursToJudge(f"[_source] is not a boolean, string, list or object: {user_source!r}")
         plan.fields = fields
 
     # ------------------------------------------------------------------ finishing one search
@@ -630,31 +883,71 @@ class Gateway:
                     _pop_path(source, name)
         return page
 
-    async def finish(self, plan: SearchPlan, data: dict) -> dict:
-        """Rerank the window of an engine response (when planned), cut the page and add ``jingpai``."""
+    async def _rerank(self, query: str, texts: list[str], slots: tuple[asyncio.Semaphore, ...]) -> list[float]:
+        """The reranker's scores, once a slot of each of ``slots`` and of the gateway-wide bound is held.
+
+        Raises:
+            RerankUnavailable: no slot within ``timeout_ms`` (``reranker_busy``), or the reranker failed.
+        """
+        assert self.reranker is not None
+        async with contextlib.AsyncExitStack() as held:
+            try:
+                async with asyncio.timeout(self.settings.timeout_ms / 1000):
+                    for slot in (*slots, self.rerank_slots):
+                        await slot.acquire()
+                        held.callback(slot.release)
+            except TimeoutError as exc:
+                raise RerankUnavailable(
+                    "reranker_busy",
+                    f"no rerank slot free within {self.settings.timeout_ms} ms ({self.settings.rerank_concurrency} calls at once "
+                    f"gateway-wide, {self.settings.msearch_rerank_concurrency} per _msearch)",
+                ) from exc
+            return await self.reranker.rerank(_clean_text(query), [_clean_text(t) for t in texts])
+
+    def _fail_open_hint(self, reason: str) -> str:
+        if reason == "reranker_timeout":
+            return f"; to let the reranker finish raise {self._timeout_hint}"
+        if reason == "reranker_busy":
+            return f"; to rerank more searches at once raise {setting_hint('rerank_concurrency')}"
+        return ""
+
+    async def finish(self, plan: SearchPlan, data: dict, *, slots: tuple[asyncio.Semaphore, ...] = (), log: bool = True) -> dict:
+        """Rerank the window of an engine response (when planned), cut the page, add ``jingpai`` and apply the
+        client's ``filter_path``.
+
+        Args:
+            slots: bounds to hold while calling the reranker besides the gateway-wide one (an ``_msearch``'s own).
+            log: log a fail-open here (an ``_msearch`` logs one summary instead).
+        """
         if not plan.rerank or not isinstance(data.get("hits"), dict):
             data["jingpai"] = plan.info()
-            return data
+            return self._filtered(plan, data)
         hits: list[dict] = data["hits"].get("hits") or []
         if not hits:
             plan.reason = "no_hits"
             data["hits"]["hits"] = []
             data["jingpai"] = plan.info()
-            return data
+            return self._filtered(plan, data)
         assert self.reranker is not None and plan.fusion is not None
         window, rest = hits[: plan.window], hits[plan.window :]
+        texts = [self._doc_text(h, plan.fields) for h in window]
+        if not any(texts):
+            # every document would score as the empty text: no ranking signal, so none is claimed
+            plan.reason = "no_document_text"
+            logger.warning("not reranking: none of the %d hits has text in %s", len(window), list(plan.fields))
+            data["hits"]["hits"] = self._finish_page(plan, hits)
+            data["jingpai"] = plan.info()
+            return self._filtered(plan, data)
         started = time.perf_counter()
         try:
-            scores = await self.reranker.rerank(plan.query_text, [self._doc_text(h, plan.fields) for h in window])
+            scores = await self._rerank(plan.query_text, texts, slots)
         except RerankUnavailable as exc:
-            if exc.reason == "reranker_timeout":
-                logger.warning("serving engine order (fail-open): %s; to let the reranker finish raise %s", exc, self._timeout_hint)
-            else:
-                logger.warning("serving engine order (fail-open): %s", exc)
+            if log:
+                logger.warning("serving engine order (fail-open): %s%s", exc, self._fail_open_hint(exc.reason))
             plan.reason = exc.reason
             data["hits"]["hits"] = self._finish_page(plan, hits)
             data["jingpai"] = plan.info(took_rerank_ms=round((time.perf_counter() - started) * 1000, 2))
-            return data
+            return self._filtered(plan, data)
         took = round((time.perf_counter() - started) * 1000, 2)
         engine_ranks = range(1, len(window) + 1)
         fused = plan.fusion.fuse([h.get("_score") for h in window], scores, engine_ranks=engine_ranks)
@@ -668,7 +961,11 @@ class Gateway:
         data["jingpai"] = plan.info(
             reranked=True, model=await self.reranker.model_name(), took_rerank_ms=took, fusion=plan.fusion.describe()
         )
-        return data
+        return self._filtered(plan, data)
+
+    @staticmethod
+    def _filtered(plan: SearchPlan, data: dict) -> dict:
+        return plan.filter_path.apply(data) if plan.filter_path is not None else data
 
     # ------------------------------------------------------------------ endpoints
 
@@ -679,11 +976,20 @@ class Gateway:
             raise BadGatewayRequest(f"unknown ?jingpai={mode!r}; expected one of {', '.join(GATEWAY_MODES)}")
         return mode
 
-    async def _send(self, request: Request, body: bytes, params: dict[str, str], path: str) -> Upstream:
-        return await self.fetch(request.method, path, headers=self.forward_headers(request, body_rewritten=True), body=body, params=params)
+    async def _send(self, request: Request, body: bytes, params: dict[str, str], path: str, *, wrote_body: bool,
+                    ndjson: bool = False) -> Upstream:
+        headers = self.body_headers(request, ndjson=ndjson) if wrote_body and body else self.forward_headers(request, body_rewritten=True)
+        return await self.fetch(request.method, path, headers=headers, body=body, params=params)
 
-    def _relay(self, resp: Upstream) -> Response:
-        return Response(resp.content, status_code=resp.status_code, headers=self.response_headers(resp, body_rewritten=True))
+    def _relay(self, resp: Upstream, filter_path: FilterPath | None = None) -> Response:
+        """The engine's answer as it came; filtered by the client's ``filter_path`` when the gateway took it off."""
+        headers = self.response_headers(resp, body_rewritten=True)
+        if filter_path is not None:
+            try:
+                return Response(_dumps(filter_path.apply(resp.json())), status_code=resp.status_code, headers=headers)
+            except (ValueError, RecursionError):
+                pass  # not JSON: nothing to filter
+        return Response(resp.content, status_code=resp.status_code, headers=headers)
 
     async def search(self, request: Request) -> Response:
         index = request.path_params.get("index")
@@ -693,7 +999,7 @@ class Gateway:
         raw = await self.read_body(request)
         try:
             body = json.loads(raw) if raw.strip() else {}
-        except ValueError:
+        except (ValueError, RecursionError):
             body = None
         if not isinstance(body, dict):
             # not ours to judge: the engine answers with its own parse error
@@ -701,21 +1007,24 @@ class Gateway:
         plan = await self.plan(request, index, body, params, mode_param, fusion_param)
         path = f"/{_path_part(index)}/_search" if index else "/_search"
         if plan.rewritten:
-            payload = json.dumps(plan.body, ensure_ascii=False).encode()
+            payload = _dumps(plan.body)
         else:
             payload = raw  # nothing to change: the client's own bytes, without encoding them again
-        resp = await self._send(request, payload, plan.params, path)
+        resp = await self._send(request, payload, plan.params, path, wrote_body=plan.rewritten)
         if resp.status_code != 200:
-            return self._relay(resp)
+            return self._relay(resp, plan.filter_path)
         headers = self.response_headers(resp, body_rewritten=True)
         if not plan.rerank:
             # the engine's answer plus the jingpai object: spliced into its bytes instead of parsing and
             # re-encoding tens of kilobytes of hits (the gateway's whole cost when it does not rerank)
-            spliced = _append_member(resp.content, "jingpai", plan.info())
+            member: dict = {"jingpai": plan.info()}
+            if "filter_path" in plan.params:  # the engine filtered its members; the same filter applies to ours
+                member = FilterPath.parse(plan.params["filter_path"]).apply(member)
+            spliced = _append_member(resp.content, "jingpai", member["jingpai"]) if member else resp.content
             if spliced is not None:
                 return Response(spliced, status_code=200, headers=headers)
         data = await self.finish(plan, resp.json())
-        return Response(json.dumps(data, ensure_ascii=False), status_code=200, headers=headers)
+        return Response(_dumps(data), status_code=200, headers=headers)
 
     async def health(self, request: Request) -> Response:
         """``GET /_jingpai/health``: the gateway is up; its reranker and dictionaries as it sees them.
@@ -723,50 +1032,78 @@ class Gateway:
         It does not call the engine (that needs the client's credentials); the engine has its own health API.
         """
         reranker = None
+        expose = self.settings.expose_internals  # anyone may call this: URLs only when the operator allows
         if self.reranker is not None:
-            reranker = {"url": self.reranker.url, "breaker": self.reranker.breaker.state}
+            reranker = {"url": self.reranker.url} if expose else {}
+            reranker["breaker"] = self.reranker.breaker.state
         return JSONResponse({
             "status": "ok",
-            "engine_url": self.settings.engine_url,
+            **({"engine_url": self.settings.engine_url} if expose else {}),
             "mode": self.settings.mode,
             "reranker": reranker,
             "dictionaries": self.dictionaries.versions,
         })
 
     async def msearch(self, request: Request) -> Response:
+        """``_msearch``: each search planned like a ``_search``; unchanged lines are forwarded as the client's
+        bytes. Reranking is bounded per request (``msearch_rerank_concurrency``) and gateway-wide
+        (``rerank_concurrency``); a search that gets no slot within ``timeout_ms`` is served in the engine's
+        order (``reason: reranker_busy``)."""
         index = request.path_params.get("index")
         params = dict(request.query_params.multi_items())
         mode_param = self._mode_param(params)
         fusion_param = self._fusion_params(params)
         raw = await self.read_body(request)
         try:
-            lines = [json.loads(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
-        except (ValueError, UnicodeDecodeError):
+            # NDJSON lines end at \n only (a JSON string may hold U+2028, which str.splitlines would cut at)
+            raw_lines = [line for line in raw.split(b"\n") if line.strip()]
+            lines = [json.loads(line) for line in raw_lines]
+        except (ValueError, RecursionError):
             return await self.passthrough(request)
         if len(lines) % 2 or not all(isinstance(x, dict) for x in lines):
             return await self.passthrough(request)
+        filters = params.pop("filter_path", None)
+        filter_path = FilterPath.parse(filters) if filters is not None else None
         plans: list[SearchPlan] = []
-        out_lines: list[str] = []
-        for header, body in zip(lines[::2], lines[1::2]):
-            target = header.get("index", index)
-            target = ",".join(target) if isinstance(target, list) else target
-            plan = await self.plan(request, target, body, {}, mode_param, fusion_param)
+        out_lines: list[bytes] = []
+        for i in range(0, len(lines), 2):
+            header, body = lines[i], lines[i + 1]
+            try:
+                target = _index_expression(header.get("index", index))
+            except NotOursToJudge as exc:
+                logger.warning("forwarding _msearch search %d unchanged (the engine judges it): %s", i // 2, exc)
+                plan = self.unchanged_plan(body, {}, mode_param or self.settings.mode)
+            else:
+                plan = await self.plan(request, target, body, {}, mode_param, fusion_param)
             plans.append(plan)
-            out_lines += [json.dumps(header, ensure_ascii=False), json.dumps(plan.body, ensure_ascii=False)]
-        payload = ("\n".join(out_lines) + "\n").encode()
-        resp = await self._send(request, payload, params, f"/{_path_part(index)}/_msearch" if index else "/_msearch")
+            out_lines += [raw_lines[i], _dumps(plan.body) if plan.rewritten else raw_lines[i + 1]]
+        payload = b"\n".join(out_lines) + b"\n"
+        path = f"/{_path_part(index)}/_msearch" if index else "/_msearch"
+        resp = await self._send(request, payload, params, path, wrote_body=any(p.rewritten for p in plans), ndjson=True)
         if resp.status_code != 200:
-            return self._relay(resp)
+            return self._relay(resp, filter_path)
         data = resp.json()
         responses = data.get("responses") or []
+        per_request = asyncio.Semaphore(self.settings.msearch_rerank_concurrency)
 
-        async def finish_one(plan: SearchPlan, item: dict) -> dict:
-            if "error" in item:
+        async def finish_one(plan: SearchPlan, item: Any) -> Any:
+            if not isinstance(item, dict) or "error" in item:
                 return item
-            return await self.finish(plan, item)
+            return await self.finish(plan, item, slots=(per_request,), log=False)
 
-        data["responses"] = list(await asyncio.gather(*(finish_one(p, r) for p, r in zip(plans, responses))))
-        return Response(json.dumps(data, ensure_ascii=False), status_code=200, headers=self.response_headers(resp, body_rewritten=True))
+        finished = await asyncio.gather(*(finish_one(p, r) for p, r in zip(plans, responses)))
+        data["responses"] = [*finished, *responses[len(plans):]]
+        fallbacks: dict[str, int] = {}
+        for plan in plans:
+            if plan.rerank and plan.reason is not None:
+                fallbacks[plan.reason] = fallbacks.get(plan.reason, 0) + 1
+        if fallbacks:
+            hints = "".join(self._fail_open_hint(r) for r in sorted(fallbacks))
+            logger.warning("_msearch: %d of %d searches served in engine order (fail-open): %s%s",
+                           sum(fallbacks.values()), len(plans), fallbacks, hints)
+        if filter_path is not None:
+            data = filter_path.apply(data)
+        return Response(_dumps(data), status_code=200, headers=self.response_headers(resp, body_rewritten=True))
 
 
 def create_app(settings: GatewaySettings) -> Starlette:
@@ -792,20 +1129,25 @@ def create_app(settings: GatewaySettings) -> Starlette:
 
     from jingpai.ui.app import ui_routes  # the demo UI at /_jingpai/ui, ahead of the pass-through
 
+    guarded = gateway.guarded
     routes = [
         *ui_routes(),
-        Route("/_jingpai/health", gateway.health, methods=["GET"]),
-        Route("/_search", gateway.search, methods=["GET", "POST"]),
-        Route("/_msearch", gateway.msearch, methods=["GET", "POST"]),
-        Route("/{index}/_search", gateway.search, methods=["GET", "POST"]),
-        Route("/{index}/_msearch", gateway.msearch, methods=["GET", "POST"]),
-        Route("/{path:path}", gateway.passthrough, methods=ALL_METHODS),
+        Route("/_jingpai/health", guarded(gateway.health), methods=["GET"]),
+        Route("/_search", guarded(gateway.search), methods=["GET", "POST"]),
+        Route("/_msearch", guarded(gateway.msearch), methods=["GET", "POST"]),
+        Route("/{index}/_search", guarded(gateway.search), methods=["GET", "POST"]),
+        Route("/{index}/_msearch", guarded(gateway.msearch), methods=["GET", "POST"]),
+        Route("/{path:path}", guarded(gateway.passthrough), methods=ALL_METHODS),
     ]
-    app = Starlette(
-        routes=routes, lifespan=lifespan, exception_handlers={GatewayError: _handle_exception, aiohttp.ClientError: _handle_exception, TimeoutError: _handle_exception, Exception: _handle_exception},
-    )
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: _http_exception})
     app.state.gateway = gateway
+    # uvicorn's HTTP parser refuses raw UTF-8 in a request target, which the engines accept (jingpai.serving
+    # and `jingpai gateway` serve the app with this protocol)
+    app.state.http_protocol = Utf8TargetHttpToolsProtocol
     return app
 
 
-__all__ = ["BadGatewayRequest", "FusionParams", "Gateway", "GatewayError", "JingpaiExt", "JingpaiInfo", "SearchPlan", "create_app", "es_error"]
+__all__ = [
+    "BadGatewayRequest", "FilterPath", "FusionParams", "Gateway", "GatewayError", "JingpaiExt", "JingpaiInfo", "NotOursToJudge",
+    "SearchPlan", "create_app", "es_error", "handle_exception", "http_error",
+]

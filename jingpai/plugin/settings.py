@@ -46,7 +46,15 @@ class GatewaySettings:
             text fields, e.g. title then content).
         doc_chars: each document's text is cut to this many characters (title + start of content).
         timeout_ms: reranker call timeout; on timeout the engine order is returned (fail-open, reason
-            ``reranker_timeout``). High enough for a CPU reranker to score ``window`` documents.
+            ``reranker_timeout``). High enough for a CPU reranker to score ``window`` documents. A search
+            also waits at most this long for a free rerank slot (below) before it is served in the engine's
+            order (reason ``reranker_busy``), so reranking adds at most 2 × ``timeout_ms`` to any request.
+        rerank_concurrency: reranker calls in flight at once across the whole gateway; more wait for a slot.
+        msearch_rerank_concurrency: reranker calls in flight at once for one ``_msearch`` request, so one
+            request of thousands of searches cannot flood the reranker or starve other clients.
+        expose_internals: let ``GET /_jingpai/health`` show the engine and reranker URLs and the gateway's
+            502/504/500 bodies name hosts and low-level errors. Off by default: anyone who can reach the
+            gateway can read both without credentials (the details always go to the gateway's log).
         breaker_failures: consecutive reranker failures that open the circuit breaker.
         breaker_reset_s: how long an open breaker waits before letting one probe request through.
         dict_dirs: keyword dictionary directories; an index's dictionary is picked by version.
@@ -79,6 +87,9 @@ class GatewaySettings:
     rerank_fields: tuple[str, ...] | None = None
     doc_chars: int = 512
     timeout_ms: int = 3000
+    rerank_concurrency: int = 8
+    msearch_rerank_concurrency: int = 4
+    expose_internals: bool = False
     breaker_failures: int = 3
     breaker_reset_s: float = 10.0
     dict_dirs: tuple[Path, ...] = ()
@@ -101,7 +112,8 @@ class GatewaySettings:
             raise GatewayConfigError(f"reranker_url must be an http(s) URL, got {self.reranker_url!r}")
         if self.mode not in GATEWAY_MODES:
             raise GatewayConfigError(f"mode must be one of {', '.join(GATEWAY_MODES)}, got {self.mode!r}")
-        for name in ("window", "max_window", "doc_chars", "timeout_ms", "breaker_failures", "keywords_top_k"):
+        for name in ("window", "max_window", "doc_chars", "timeout_ms", "breaker_failures", "keywords_top_k", "rerank_concurrency",
+                     "msearch_rerank_concurrency"):
             if getattr(self, name) < 1:
                 raise GatewayConfigError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         if self.window > self.max_window:

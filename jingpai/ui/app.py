@@ -36,7 +36,7 @@ import httpx
 from pydantic import BaseModel, Field, ValidationError
 from starlette.requests import Request
 from starlette.exceptions import HTTPException
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.responses import FileResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -242,8 +242,11 @@ class SecurityHeaders:
         try:
             await self.app(scope, receive, send_with_headers)
         except HTTPException as exc:
-            # e.g. StaticFiles' 404: answered here so it carries the headers too (not by the gateway's handler)
-            response = PlainTextResponse(str(exc.detail), status_code=exc.status_code, headers=exc.headers)
+            # e.g. StaticFiles' 404 or a 405: answered here so it carries the headers too, in the same
+            # engine-shaped JSON as the gateway's own errors
+            from jingpai.plugin.gateway import http_error
+
+            response = http_error(exc.status_code, str(exc.detail), exc.headers)
             await response(scope, receive, send_with_headers)
 
 

@@ -104,3 +104,16 @@ def test_circuit_breaker_opens_probes_and_closes() -> None:
     assert breaker.allow()
     breaker.record_success()
     assert breaker.state == "closed" and breaker.allow()
+
+
+def test_rerank_bounds_and_internals_from_cli_env_and_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    defaults = GatewaySettings(engine_url="http://e:9200")
+    assert (defaults.rerank_concurrency, defaults.msearch_rerank_concurrency, defaults.expose_internals) == (8, 4, False)
+    config = tmp_path / "gw.toml"
+    config.write_text('[gateway]\nengine_url = "http://e:9200"\nrerank_concurrency = 16\nexpose_internals = true\n')
+    s = settings_from(["--config", str(config), "--msearch-rerank-concurrency", "2"], {"JINGPAI_GATEWAY_RERANK_CONCURRENCY": "12"}, monkeypatch)
+    assert (s.rerank_concurrency, s.msearch_rerank_concurrency, s.expose_internals) == (12, 2, True)
+    assert settings_from(["--engine", "http://e:9200", "--expose-internals"]).expose_internals is True
+    with pytest.raises(GatewayConfigError, match="msearch_rerank_concurrency must be >= 1, got 0"):
+        GatewaySettings(engine_url="http://e:9200", msearch_rerank_concurrency=0)
+    assert "--rerank-concurrency (env JINGPAI_GATEWAY_RERANK_CONCURRENCY" in setting_hint("rerank_concurrency")
