@@ -158,7 +158,7 @@ def tune_weights(settings: ReportSettings, models: dict[str, Any], engine_url: s
     from jingpai.engine.client import connect
     from jingpai.indexer.pipeline import IndexSettings, index_corpus
     from jingpai.keyword_dict import Dictionary
-    from jingpai.plugin.tune import TuneSettings, queries_from_pairs, run_tune
+    from jingpai.plugin.tune import TuneSettings, never_worse, queries_from_pairs, run_tune
 
     corpus, pairs_file, positives = tuning_set(settings)
     engine = connect(engine_url)
@@ -174,7 +174,8 @@ def tune_weights(settings: ReportSettings, models: dict[str, Any], engine_url: s
                                                    f"queries): {positives} positive pairs as queries over their {len(queries)} labelled queries' texts",
                        model=", ".join(models), engine=f"{engine.kind} {engine.version}", device=torch_device(settings)),
         notes=["The weight is the engine's share in linear fusion (min-max normalised per query): fused = w·engine + (1−w)·model. "
-               "Chosen by the sum of P@1/3/5/10 among w < 1 (the model must weigh something); ties go to the larger model weight. "
+               "Chosen by the sum of P@1/3/5/10 among the w < 1 (the model must weigh something) whose every P@k is ≥ augmented BM25 on "
+               "this tuning set (`jingpai tune --never-worse`); ties go to the larger model weight. "
                "Same code as `jingpai tune` (jingpai/plugin/tune.py)."],
     )
     chosen: dict[str, dict] = {}
@@ -185,7 +186,11 @@ def tune_weights(settings: ReportSettings, models: dict[str, Any], engine_url: s
                                              weights=TUNE_WEIGHTS, rrf_ks=(60,)), queries, text_field="text")
             score = lambda r: sum(r.metrics[f"P@{k}"] * k for k in CUTOFFS)  # noqa: E731 - paper P@k = k × trec P@k
             linear = [r for r in rows if r.fusion == "linear" and r.weight is not None and r.weight < 1.0]
-            best = max(linear, key=lambda r: (round(score(r), 9), r.model_weight))
+            augmented = next(r for r in rows if r.fusion == "augmented")
+            safe = [r for r in linear if never_worse(r, augmented)]  # the gateway's promise, checked on training queries
+            if not safe:
+                table.notes.append(f"{key}: no engine weight < 1 keeps every P@k ≥ augmented BM25 on the tuning set; the best sum is chosen")
+            best = max(safe or linear, key=lambda r: (round(score(r), 9), r.model_weight))
             chosen[key] = {"fusion": "linear", "fusion_weight": best.weight}
             curve = ", ".join(f"{r.weight:g}: {score(r) / len(CUTOFFS):.4f}" for r in sorted(linear, key=lambda r: r.weight or 0.0))
             table.notes.append(f"{key}, linear fusion, mean of P@1/3/5/10 by engine weight w — {curve}")

@@ -178,14 +178,16 @@ def _csv(kind: type, text: str | None, option: str) -> tuple | None:
 @click.option("--weights", metavar="W1,W2", help="Engine weights to try for linear and rrf (default 0,0.1,…,1).")
 @click.option("--rrf-k", "rrf_ks", metavar="K1,K2", help="RRF constants to try (default 10,30,60).")
 @click.option("--metric", default="P@1", show_default=True, help="Picks the best settings: P@1, P@3, P@5, P@10, MRR, nDCG@10 or MAP.")
+@click.option("--never-worse", is_flag=True,
+              help="Choose only among settings at least the augmented order at every P@1/3/5/10 (the best overall when none is).")
 @click.option("--text-field", help="Indexed field queried and matched against the pairs' questions (default: the index's first text field).")
 @click.option("--limit", type=int, help="Evaluate at most this many queries.")
 @click.option("--concurrency", type=int, default=4, show_default=True, help="Searches sent to the gateway at once.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("tune"), show_default=True,
               help="Writes gateway.toml (best settings), tune.png (metric vs weight) and tune.json (every row).")
 def tune(engine: str, index: str, reranker: str, dicts: tuple[Path, ...], pairs: Path | None, qrels: Path | None, queries: Path | None,
-         config: Path | None, windows: str | None, weights: str | None, rrf_ks: str | None, metric: str, text_field: str | None,
-         limit: int | None, concurrency: int, out_dir: Path) -> None:
+         config: Path | None, windows: str | None, weights: str | None, rrf_ks: str | None, metric: str, never_worse: bool,
+         text_field: str | None, limit: int | None, concurrency: int, out_dir: Path) -> None:
     """Measure engine order, augmentation and every fusion × window on labelled queries; write the best.
 
     Runs the real gateway in-process; each query is reranked once (at the largest window) and every fusion
@@ -223,7 +225,7 @@ def tune(engine: str, index: str, reranker: str, dicts: tuple[Path, ...], pairs:
         rows = tuning.run_tune(settings, labelled, text_field=field)
     except (tuning.TuneError, GatewayConfigError, EngineConnectionError, NotAJingpaiIndexError) as exc:
         raise click.ClickException(str(exc)) from exc
-    best = tuning.best_row(rows, metric)
+    best = tuning.best_row(rows, metric, never_worse_than="augmented" if never_worse else None)
     n_queries = min(len(labelled), limit or len(labelled))
 
     table = Table(title=f"jingpai tune — {index}, {n_queries} queries (best {metric} in bold)")

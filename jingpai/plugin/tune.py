@@ -313,9 +313,29 @@ def measure(settings: TuneSettings, runs: Sequence[QueryRuns]) -> list[TuneRow]:
     return rows
 
 
-def best_row(rows: Sequence[TuneRow], metric: str) -> TuneRow:
-    """The fusion row with the highest ``metric``; ties: the larger model weight, then the smaller window."""
+def never_worse(row: TuneRow, baseline: TuneRow) -> bool:
+    """Whether ``row`` is at least ``baseline`` at every P@k of :data:`CUTOFFS` (the gateway's promise: a
+    reranked page never loses to the order it reranks)."""
+    return all(round(row.metrics[f"P@{k}"], 12) >= round(baseline.metrics[f"P@{k}"], 12) for k in CUTOFFS)
+
+
+def best_row(rows: Sequence[TuneRow], metric: str, *, never_worse_than: str | None = None) -> TuneRow:
+    """The fusion row with the highest ``metric``; ties: the larger model weight, then the smaller window.
+
+    With ``never_worse_than`` (``engine`` or ``augmented``), only rows at least that baseline at every P@k
+    compete (:func:`never_worse`); when no fusion row qualifies, every row does, and that is logged.
+    """
     candidates = [r for r in rows if r.window is not None]
+    if never_worse_than is not None:
+        baseline = next((r for r in rows if r.fusion == never_worse_than and r.window is None), None)
+        if baseline is None:
+            raise TuneError(f"never_worse_than must name a baseline row (engine or augmented), got {never_worse_than!r}")
+        safe = [r for r in candidates if never_worse(r, baseline)]
+        if safe:
+            candidates = safe
+        else:
+            logger.warning("no fusion setting is at least the %s order at every P@k on these queries: choosing among all of them",
+                           never_worse_than)
     return max(candidates, key=lambda r: (round(r.metrics[metric], 12), r.model_weight, -(r.window or 0)))
 
 
@@ -416,5 +436,5 @@ def run_tune(settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_f
 
 __all__ = [
     "METRICS", "LabelledQuery", "QueryRuns", "TuneError", "TuneRow", "TuneSettings", "best_row", "fetch_runs", "fused_ranking",
-    "grid", "measure", "plot", "queries_from_pairs", "queries_from_trec", "run_tune", "settings_file",
+    "grid", "measure", "never_worse", "plot", "queries_from_pairs", "queries_from_trec", "run_tune", "settings_file",
 ]

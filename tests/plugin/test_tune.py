@@ -125,3 +125,23 @@ def test_trec_labels_become_queries_and_bad_lines_are_named(tmp_path: Path) -> N
     queries.write_text("1 中国GDP\n")
     with pytest.raises(TuneError, match=r"queries.tsv:1: expected 'qid<TAB>query text', got '1 中国GDP'"):
         queries_from_trec(qrels, queries)
+
+
+def test_never_worse_keeps_only_settings_at_least_the_baseline_at_every_cutoff() -> None:
+    from jingpai.plugin.tune import TuneRow, best_row, never_worse
+
+    def row(fusion: str, weight: float | None, p1: float, p3: float, mrr: float) -> TuneRow:
+        metrics = {"P@1": p1, "P@3": p3, "P@5": 0.5, "P@10": 0.2, "MRR": mrr, "nDCG@10": mrr, "MAP": mrr}
+        return TuneRow(fusion, None if fusion == "augmented" else 20, weight, None, metrics)
+
+    augmented = row("augmented", None, 0.60, 0.30, 0.70)
+    bold = row("linear", 0.5, 0.65, 0.29, 0.75)  # best MRR, but loses P@3 to the augmented order
+    safe = row("linear", 0.8, 0.61, 0.30, 0.71)
+    rows = [row("engine", None, 0.5, 0.3, 0.6), augmented, bold, safe]
+    assert never_worse(safe, augmented) and not never_worse(bold, augmented)
+    assert best_row(rows, "MRR") is bold
+    assert best_row(rows, "MRR", never_worse_than="augmented") is safe
+    # when nothing qualifies, the best overall is still chosen
+    assert best_row([augmented, bold], "MRR", never_worse_than="augmented") is bold
+    with pytest.raises(TuneError, match="never_worse_than must name a baseline row"):
+        best_row(rows, "MRR", never_worse_than="replace")
