@@ -42,8 +42,8 @@ PAPER = ("Paper (HCAN, Table 3) reports TREC Microblog 2013-2014, not the 2011/2
          "and 0.5176 / 0.7006. Ours: the provided query-likelihood run (as the paper) and a BM25 first stage over the pooled tweets "
          "only, each reranked by a MiniLM cross-encoder trained on the other year.")
 
-TRAINING_NOTE = ("Reranker training was cut to 300 steps × 16 pairs (4,800 judged pairs of 75 % of the other year's queries, CPU), with the "
-                 "model selected by MAP every 100 steps on the other 25 % — the same held-out queries that tune each fusion weight — so it is a "
+TRAINING_NOTE = ("Reranker training was cut to 1,000 steps × 16 pairs (16,000 judged pairs of 75 % of the other year's queries, CPU), with the "
+                 "model selected by MAP every 250 steps on the other 25 % — the same held-out queries that tune each fusion weight — so it is a "
                  "lightly fine-tuned MiniLM; see RECIPES['mb2011-cross'] in bench/eval_models.py.")
 
 

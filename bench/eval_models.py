@@ -123,7 +123,7 @@ USE_BI_SETTINGS = {"epochs": 2, "batch_size": 64, "lr": 1e-4, "eval_every": 400,
 USE_KW_SETTINGS = {"epochs": 1, "max_steps": 800, "batch_size": 64, "lr": 5e-4, "eval_every": 200, "patience": 4, "metric": "AUC", "bf16": True}
 QUICK_USE = {"epochs": 1, "max_steps": 20, "batch_size": 32, "eval_every": 10}
 MB_HOLDOUT = 0.25
-MB_SETTINGS = {"epochs": 1, "batch_size": 16, "lr": 3e-5, "max_steps": 300, "eval_every": 100, "patience": 2, "metric": "MAP"}
+MB_SETTINGS = {"epochs": 1, "batch_size": 16, "lr": 3e-5, "max_steps": 1000, "eval_every": 250, "patience": 2, "metric": "MAP"}
 
 RECIPES: dict[str, Recipe] = {
     **_qa_recipes("trecqa", TRECQA, "train", "raw-dev"),
