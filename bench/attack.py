@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -161,8 +162,8 @@ def write_corpus(path: Path, n: int, malformed: float) -> tuple[int, int]:
                     line = json.dumps({"id": f"d{i}", "category": "no text"}).encode()  # no text field
                 elif kind == 2:
                     line = json.dumps(record, ensure_ascii=False).encode("gbk", errors="replace")  # not UTF-8
-                else:
-                    line = json.dumps({**record, "content": content * 5000}, ensure_ascii=False).encode()  # oversized
+                else:  # oversized: 3 MB, over the indexer's default --max-record-bytes (2 MB)
+                    line = json.dumps({**record, "content": "苹果" * 500_000}, ensure_ascii=False).encode()
             else:
                 line = json.dumps(record, ensure_ascii=False).encode()
             fh.write(line + b"\n")
@@ -308,28 +309,29 @@ def hostile_requests(index: str) -> list[tuple[str, str, str, bytes, dict[str, s
 def send_raw(port: int, method: str, target: str, payload: bytes, headers: dict[str, str], follow_path: str) -> tuple[int, bytes, int]:
     """One hostile request then a valid search on the same keep-alive socket: ``(status, body, follow-up status)``.
 
-    Raw sockets (http.client) so that a raw UTF-8 target reaches the server as bytes, as curl sends it."""
+    The request is written byte for byte on a plain socket, so a raw UTF-8 target reaches the server as
+    curl sends it (http.client would refuse to encode it); 0 means no answer."""
     import http.client
 
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    try:
-        conn.putrequest(method, target.encode("utf-8").decode("latin-1"), skip_accept_encoding=True)
-        for name, value in headers.items():
-            conn.putheader(name, value)
-        conn.putheader("Content-Length", str(len(payload)))
-        conn.endheaders(payload)
-        resp = conn.getresponse()
-        status, data = resp.status, resp.read()
+    def exchange(sock: socket.socket, method: str, target: bytes, payload: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+        head = [method.encode() + b" " + target + b" HTTP/1.1", b"Host: 127.0.0.1", f"Content-Length: {len(payload)}".encode()]
+        head += [f"{name}: {value}".encode("latin-1") for name, value in headers.items()]
+        sock.sendall(b"\r\n".join(head) + b"\r\n\r\n" + payload)
+        resp = http.client.HTTPResponse(sock, method=method)
+        resp.begin()
+        return resp.status, resp.read()
+
+    with socket.create_connection(("127.0.0.1", port), timeout=120) as sock:
         try:
-            conn.request("POST", follow_path, body=b'{"query":{"match_all":{}},"size":1}', headers={"Content-Type": "application/json"})
-            follow = conn.getresponse()
-            follow.read()
-            follow_status = follow.status
+            status, data = exchange(sock, method, target.encode("utf-8"), payload, headers)
+        except (OSError, http.client.HTTPException):
+            return 0, b"", 0
+        try:
+            follow_status, _ = exchange(sock, "POST", follow_path.encode(), b'{"query":{"match_all":{}},"size":1}',
+                                        {"Content-Type": "application/json"})
         except (OSError, http.client.HTTPException):
             follow_status = 0
         return status, data, follow_status
-    finally:
-        conn.close()
 
 
 def phase_hostile(s: Summary, engine: harness.EngineSettings, gateway_port: int) -> None:

@@ -1054,6 +1054,8 @@ class Gateway:
         mode_param = self._mode_param(params)
         fusion_param = self._fusion_params(params)
         raw = await self.read_body(request)
+        if not raw.endswith(b"\n"):  # both engines refuse a body without its final newline: theirs to say how
+            return await self.passthrough(request)
         try:
             # NDJSON lines end at \n only (a JSON string may hold U+2028, which str.splitlines would cut at)
             raw_lines = [line for line in raw.split(b"\n") if line.strip()]

@@ -105,6 +105,16 @@ def test_msearch_bad_header_index_gets_the_engines_per_item_error(setup: Setup, 
     _same_connection_still_works(client, setup, resp)
 
 
+def test_msearch_without_final_newline_gets_the_engines_error(setup: Setup, client: httpx.Client) -> None:
+    body = (json.dumps({"index": setup.index}) + "\n" + json.dumps({"query": BROAD})).encode()  # no final \n
+    headers = {"content-type": "application/x-ndjson"}
+    direct = httpx.post(f"{setup.engine.url}/_msearch", content=body, headers=headers, timeout=60)
+    resp = client.post("/_msearch", content=body, headers=headers)
+    assert direct.status_code == 400
+    assert resp.status_code == 400 and _error_type(resp) == _error_type(direct), resp.text
+    _same_connection_still_works(client, setup, resp)
+
+
 def test_ui_errors_are_es_shaped_json(setup: Setup, client: httpx.Client) -> None:
     missing = client.get("/_jingpai/ui/no-such-page")
     assert missing.status_code == 404
