@@ -152,15 +152,20 @@ def summarize(tables: list[Table]) -> list[str]:
                 return next((c for label, c in cells.items() if test(label)), None)
 
             ql = find(lambda label: "provided run, top" in label)
-            ql_rerank = find(lambda label: label.startswith("query likelihood top") and "reranked" in label)
+            # the row with the fusion weight tuned on the other year (what a user would serve); else any rerank row
+            ql_rerank = find(lambda label: label.startswith("query likelihood top") and "(tuned)" in label) or \
+                find(lambda label: label.startswith("query likelihood top") and "reranked" in label)
             engine = find(lambda label: "engine order" in label)
-            bm25_rerank = find(lambda label: label.startswith("BM25") and "reranked" in label)
+            bm25_rerank = find(lambda label: label.startswith("BM25") and "(tuned)" in label) or \
+                find(lambda label: label.startswith("BM25") and "reranked" in label)
             parts = []
             if ql and ql_rerank:
-                parts.append(f"provided QL run MAP {ql['MAP']:.4f} → reranked {ql_rerank['MAP']:.4f}, P@30 {ql['P@30']:.4f} → "
+                parts.append(f"provided QL run MAP {ql['MAP']:.4f} → reranked{' (tuned fusion)' if '(tuned)' in ql_rerank['run'] else ''} "
+                             f"{ql_rerank['MAP']:.4f}, P@30 {ql['P@30']:.4f} → "
                              f"{ql_rerank['P@30']:.4f}")
             if engine and bm25_rerank:
-                parts.append(f"MAP engine order {engine['MAP']:.4f} → reranked {bm25_rerank['MAP']:.4f}"
+                parts.append(f"MAP engine order {engine['MAP']:.4f} → reranked{' (tuned fusion)' if '(tuned)' in bm25_rerank['run'] else ''} "
+                             f"{bm25_rerank['MAP']:.4f}"
                              + (f" (provided QL run, same depth: {ql['MAP']:.4f})" if ql and not ql_rerank else "")
                              + f"; P@30 {engine['P@30']:.4f} → {bm25_rerank['P@30']:.4f}" + (f" (QL {ql['P@30']:.4f})" if ql and not ql_rerank else ""))
             if parts:
