@@ -79,8 +79,9 @@ def build_settings(ctx: click.Context, values: dict[str, Any], config: Path | No
 @click.command("gateway")
 @click.option("--engine", envvar=f"{ENV}ENGINE", metavar="URL", help="Elasticsearch/OpenSearch URL requests are forwarded to.")
 @click.option("--reranker", envvar=f"{ENV}RERANKER", metavar="URL", help="`jingpai serve` URL (TEI /rerank); omit to disable reranking.")
-@click.option("--host", envvar=f"{ENV}HOST", default="127.0.0.1", show_default=True)
-@click.option("--port", envvar=f"{ENV}PORT", type=int, default=8080, show_default=True)
+@click.option("--host", envvar=f"{ENV}HOST", default="127.0.0.1", show_default=True,
+              help="Address to bind; loopback by default (0.0.0.0 serves every interface, as in the container).")
+@click.option("--port", envvar=f"{ENV}PORT", type=int, default=8080, show_default=True, help="Port clients call instead of the engine's.")
 @click.option("--config", "config", envvar=f"{ENV}CONFIG", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="TOML/JSON file of GatewaySettings fields (CLI and env win).")
 @click.option("--mode", envvar=f"{ENV}MODE", type=click.Choice(GATEWAY_MODES), default="rerank", show_default=True,
@@ -107,8 +108,10 @@ def build_settings(ctx: click.Context, values: dict[str, Any], config: Path | No
               help="Seconds an open breaker waits before a probe request.")
 @click.option("--dict", "dicts", envvar=f"{ENV}DICT", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Keyword dictionary directory (repeatable); an index uses the one matching its dictionary version.")
-@click.option("--keywords-top-k", envvar=f"{ENV}KEYWORDS_TOP_K", type=int, default=10, show_default=True)
-@click.option("--engine-timeout-s", envvar=f"{ENV}ENGINE_TIMEOUT_S", type=float, default=120.0, show_default=True)
+@click.option("--keywords-top-k", envvar=f"{ENV}KEYWORDS_TOP_K", type=int, default=10, show_default=True,
+              help="Dictionary keywords of a query added to its augmented search.")
+@click.option("--engine-timeout-s", envvar=f"{ENV}ENGINE_TIMEOUT_S", type=float, default=120.0, show_default=True,
+              help="Seconds a request to the engine may take before the gateway answers 504.")
 @click.option("--meta-ttl-s", envvar=f"{ENV}META_TTL_S", type=float, default=30.0, show_default=True,
               help="Seconds an index's field roles / dictionary version are cached.")
 @click.option("--fusion", envvar=f"{ENV}FUSION", type=click.Choice(FUSION_MODES), default=GatewaySettings.fusion, show_default=True,
