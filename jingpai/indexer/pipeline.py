@@ -12,7 +12,6 @@ watermark, closed index) stops the run instead of rejecting every document. See 
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import logging
@@ -40,6 +39,8 @@ from jingpai.indexer.mapping import (
     engine_encodings,
     read_meta,
 )
+from jingpai.indexer.checks import REFUSAL_TYPES, alias_state, check_build, is_refusal, item_error, item_kind
+from jingpai.indexer.quarantine import Quarantine
 from jingpai.indexer.readers import DEFAULT_MAX_RECORD_BYTES, BadRecord, CorpusFormat, SourceRecord, read_corpus
 from jingpai.indexer.versions import choose_physical_index
 
@@ -290,57 +291,6 @@ def _bad_unicode(fields: dict) -> Rejection:
     return Rejection("document is not valid Unicode text: lone surrogate")
 
 
-class Quarantine:
-    """``<index>.rejected.jsonl``: one line per rejected record with the original record and the reason.
-
-    The file is appended to, so the rejections of earlier runs stay; each line names its ``run``. A line
-    that is not valid UTF-8 also carries its exact bytes as ``record_base64`` (``record`` shows them
-    with U+FFFD replacements, readable but not recoverable).
-
-    Args:
-        path: the quarantine file.
-        run_id: written into every line, to tell runs apart.
-        keep_lines: first line numbers remembered per reason, for the summary.
-    """
-
-    def __init__(self, path: Path, *, run_id: str, keep_lines: int = 5) -> None:
-        self.path = path
-        self.run_id = run_id
-        self.keep_lines = keep_lines
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fh = path.open("a", encoding="utf-8")
-        self.count = 0
-        self.reasons: dict[str, int] = {}
-        self.first_lines: dict[str, list[tuple[str, int]]] = {}
-
-    def add(
-        self, source: str, line: int, record: dict | str, reason: str, *, kind: str | None = None,
-        raw_bytes: bytes | None = None,
-    ) -> None:
-        """Append one rejected record; ``kind`` groups it in the counts (default: ``reason`` up to ``:``)."""
-        entry: dict[str, Any] = {"run": self.run_id, "source": source, "line": line, "reason": reason, "record": record}
-        if raw_bytes is not None:
-            entry["record_base64"] = base64.b64encode(raw_bytes).decode("ascii")
-        try:
-            # the text layer encodes the whole string before writing any of it, so a failure writes nothing
-            self._fh.write(json.dumps(entry, ensure_ascii=False))
-        except UnicodeEncodeError:
-            self._fh.write(json.dumps(entry))  # lone surrogates stay \u escapes: the record is kept exactly
-        self._fh.write("\n")
-        self.count += 1
-        kind = kind or reason.split(":")[0]
-        self.reasons[kind] = self.reasons.get(kind, 0) + 1
-        lines = self.first_lines.setdefault(kind, [])
-        if len(lines) < self.keep_lines:
-            lines.append((source, line))
-
-    def flush(self) -> None:
-        self._fh.flush()
-
-    def close(self) -> None:
-        self._fh.close()
-
-
 def batches(items: Iterable, size: int) -> Iterator[list]:
     """Consecutive lists of ``size`` items (the last may be shorter)."""
     chunk: list = []
@@ -351,81 +301,6 @@ def batches(items: Iterable, size: int) -> Iterator[list]:
             chunk = []
     if chunk:
         yield chunk
-
-
-def _item_error(item: dict) -> str:
-    (op,) = item.values()
-    err = op.get("error") or {}
-    if isinstance(err, dict):
-        return f"engine rejected the document: {err.get('type', 'error')}: {err.get('reason', '')}".rstrip(": ")
-    return f"engine rejected the document: {err}"
-
-
-def _item_kind(item: dict) -> str:
-    (op,) = item.values()
-    err = op.get("error")
-    return f"engine rejected the document: {err.get('type', 'error')}" if isinstance(err, dict) else "engine rejected the document"
-
-
-REFUSAL_TYPES = frozenset({
-    "cluster_block_exception",  # index.blocks.write / read_only, disk flood-stage watermark
-    "index_closed_exception",
-    "index_not_found_exception",
-    "security_exception",
-    "es_rejected_execution_exception",  # write queue full after the helper's own retries
-    "unavailable_shards_exception",
-    "no_shard_available_action_exception",
-})
-"""Bulk item errors that are about the index or cluster, not the document."""
-
-
-def is_refusal(item: dict) -> bool:
-    """Whether a failed bulk item was refused for a reason of the index or cluster (any document would
-    fail the same way) rather than for its own content: such items are not quarantined.
-
-    Per-document failures are 400-class answers about the source (mapping conflicts, parse errors);
-    authorisation (401/403), throttling (429), timeouts (408) and server errors (5xx) are the cluster's.
-    """
-    (op,) = item.values()
-    err = op.get("error")
-    kind = err.get("type") if isinstance(err, dict) else None
-    status = op.get("status")
-    if kind in REFUSAL_TYPES:
-        return True
-    return isinstance(status, int) and (status in (401, 403, 404, 408, 429) or status >= 500)
-
-
-def _alias_state(alias: str, before: list[str]) -> str:
-    if not before:
-        return f"the alias {alias} was not created"
-    return f"the alias {alias} still points at {', '.join(before)}"
-
-
-def check_build(
-    engine: Engine, physical: str, report: IndexReport, settings: IndexSettings, *, live_meta: IndexMeta | None,
-    dict_version: str | None,
-) -> str | None:
-    """Why the freshly indexed ``physical`` must not replace the live index, or ``None`` when it may.
-
-    A new index fails when the corpus had no records, when it holds no documents, when more than ``settings.max_rejected`` of the
-    records read were quarantined, or when the live index was built with a dictionary and this run has
-    none (searchers would lose the keyword fields the gateway relies on).
-    """
-    if report.read == 0:
-        return "the corpus has no records (empty files or blank lines only)"
-    if engine.count(physical) == 0:
-        return f"it is empty: all {report.read} records read were rejected"
-    if report.rejected / report.read > settings.max_rejected:
-        return (
-            f"{report.rejected} of {report.read} records read ({report.rejected / report.read:.1%}) were rejected, "
-            f"over --max-rejected {settings.max_rejected:g} ({settings.max_rejected:.1%})"
-        )
-    if live_meta is not None and live_meta.dict_version is not None and dict_version is None:
-        return (
-            f"the live index was built with dictionary {live_meta.dict_version} and this run has none (--dict), "
-            f"so its documents have no keywords"
-        )
-    return None
 
 
 def index_corpus(
@@ -549,7 +424,7 @@ def index_corpus(
             f"the engine refused to write to {physical}: {error.rstrip('; .')}. This is the index's or the cluster's state "
             f"(write block, disk watermark, read-only or closed index, permissions), not the documents', so none "
             f"were quarantined for it; {report.indexed} documents are in {physical} and "
-            f"{_alias_state(settings.index, live_before)}. Fix the cluster (e.g. remove the block, free "
+            f"{alias_state(settings.index, live_before)}. Fix the cluster (e.g. remove the block, free "
             f"disk, open the index) and re-run the same command to resume"
         )
 
@@ -572,9 +447,9 @@ def index_corpus(
             if ok:
                 report.indexed += 1
             elif is_refusal(item):
-                refusal = refusal or _item_error(item).removeprefix("engine rejected the document: ")
+                refusal = refusal or item_error(item).removeprefix("engine rejected the document: ")
             else:
-                quarantine.add(source, line, fields, _item_error(item), kind=_item_kind(item))
+                quarantine.add(source, line, fields, item_error(item), kind=item_kind(item))
         quarantine.flush()
         report.rejected = quarantine.count
         bar.update(size)
@@ -631,7 +506,7 @@ def index_corpus(
             what = f"the documents were written into {physical}, which the alias {settings.index} already served"
         else:
             engine.delete_index(physical)
-            what = f"{_alias_state(settings.index, live_before)}; the new index {physical} was deleted"
+            what = f"{alias_state(settings.index, live_before)}; the new index {physical} was deleted"
         raise BuildCheckError(
             f"{physical} did not replace the live index: {failure}. {what[0].upper()}{what[1:]}. "
             f"Fix the input (see {quarantine.path}) and re-run, or pass --force to swap anyway",

@@ -207,6 +207,7 @@ def tune(engine: str, index: str, reranker: str, dicts: tuple[Path, ...], pairs:
     from jingpai.engine.client import EngineConnectionError, connect
     from jingpai.indexer.mapping import NotAJingpaiIndexError, read_meta
     from jingpai.plugin import tune as tuning
+    from jingpai.plugin import tune_output
 
     if (pairs is None) == (qrels is None) or (qrels is None) != (queries is None):
         raise click.UsageError("give either --pairs FILE, or --qrels FILE with --queries FILE")
@@ -243,11 +244,11 @@ def tune(engine: str, index: str, reranker: str, dicts: tuple[Path, ...], pairs:
     Console(width=max(console.width, 130)).print(table)
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "gateway.toml").write_text(tuning.settings_file(settings, best, queries=n_queries), encoding="utf-8")
+    (out_dir / "gateway.toml").write_text(tune_output.settings_file(settings, best, queries=n_queries), encoding="utf-8")
     (out_dir / "tune.json").write_text(json.dumps([
         {"fusion": r.fusion, "window": r.window, "weight": r.weight, "rrf_k": r.rrf_k, **r.metrics} for r in rows
     ], indent=1), encoding="utf-8")
-    tuning.plot(rows, out_dir / "tune.png", metric=metric)
+    tune_output.plot(rows, out_dir / "tune.png", metric=metric)
     click.echo(f"best {metric}: {best.label()} ({best.metrics[metric]:.4f}); wrote {out_dir / 'gateway.toml'} "
                f"(jingpai gateway --config {out_dir / 'gateway.toml'}), {out_dir / 'tune.png'}, {out_dir / 'tune.json'}")
 

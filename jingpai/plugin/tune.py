@@ -22,7 +22,6 @@ the index's ``_id``\\ s). Metrics (P@k, MRR, nDCG@10, MAP over the ``depth`` hit
 
 from __future__ import annotations
 
-import json
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
@@ -339,81 +338,6 @@ def best_row(rows: Sequence[TuneRow], metric: str, *, never_worse_than: str | No
     return max(candidates, key=lambda r: (round(r.metrics[metric], 12), r.model_weight, -(r.window or 0)))
 
 
-# ---------------------------------------------------------------------------------------------- outputs
-
-
-def _toml_value(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    return json.dumps(str(value), ensure_ascii=False)  # a TOML basic string
-
-
-def settings_file(settings: TuneSettings, row: TuneRow, *, queries: int) -> str:
-    """A ``jingpai gateway --config`` file: the base settings with the best window and fusion."""
-    values: dict[str, Any] = {k: v for k, v in settings.base.items() if k != "indices"}
-    values.update({"engine_url": settings.engine_url, "reranker_url": settings.reranker_url})
-    if settings.dict_dirs:
-        values["dict_dirs"] = [str(d) for d in settings.dict_dirs]
-    values.update({"window": row.window, "fusion": row.fusion})
-    if row.weight is not None:
-        values["fusion_weight"] = row.weight
-    if row.rrf_k is not None:
-        values["rrf_k"] = row.rrf_k
-    if row.window is not None and row.window > int(values.get("max_window", 500)):
-        values["max_window"] = row.window
-    scores = ", ".join(f"{m} {row.metrics[m]:.4f}" for m in METRICS)
-    lines = [
-        f"# written by `jingpai tune` on index {settings.index}: best {settings.metric} over {queries} queries",
-        f"# {row.label()}: {scores}",
-        "[gateway]",
-    ]
-    lines += [f"{key} = {_toml_value(value)}" for key, value in values.items() if value is not None]
-    for name, overrides in (settings.base.get("indices") or {}).items():  # kept: they still win for their indices
-        lines += ["", f"[gateway.indices.{_toml_value(name)}]"] + [f"{k} = {_toml_value(v)}" for k, v in overrides.items()]
-    return "\n".join(lines) + "\n"
-
-
-def plot(rows: Sequence[TuneRow], path: str | Path, *, metric: str) -> Path:
-    """``metric`` against the engine weight, one line per window (and k for RRF), baselines dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
-    baselines = {r.fusion: r.metrics[metric] for r in rows if r.window is None}
-    largest = max(r.window for r in rows if r.window is not None)
-    replace = next((r.metrics[metric] for r in rows if r.fusion == "replace" and r.window == largest), None)
-    for ax, mode in zip(axes, ("linear", "rrf")):
-        lines: dict[tuple[int, int | None], list[tuple[float, float]]] = defaultdict(list)
-        for r in rows:
-            if r.fusion == mode and r.window is not None and r.weight is not None:
-                lines[(r.window, r.rrf_k)].append((r.weight, r.metrics[metric]))
-        for (window, k), points in sorted(lines.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
-            points.sort()
-            label = f"window {window}" + (f", k {k}" if k is not None else "")
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", markersize=3, label=label)
-        for (name, value), style in zip(baselines.items(), ("--", ":")):
-            ax.axhline(value, linestyle=style, color="grey", label=name)
-        if replace is not None:
-            ax.axhline(replace, linestyle="-.", color="black", label=f"replace, window {largest}")
-        ax.set_title(f"{mode} fusion")
-        ax.set_xlabel("engine weight w (model weight 1 − w)")
-        ax.legend(fontsize=7)
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel(metric)
-    fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
-
-
 def run_tune(settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_field: str | tuple[str, ...]) -> list[TuneRow]:
     """Start the gateway in-process, fetch every query's runs and measure the grid."""
     from jingpai.plugin.gateway import create_app
@@ -436,5 +360,5 @@ def run_tune(settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_f
 
 __all__ = [
     "METRICS", "LabelledQuery", "QueryRuns", "TuneError", "TuneRow", "TuneSettings", "best_row", "fetch_runs", "fused_ranking",
-    "grid", "measure", "never_worse", "plot", "queries_from_pairs", "queries_from_trec", "run_tune", "settings_file",
+    "grid", "measure", "never_worse", "queries_from_pairs", "queries_from_trec", "run_tune",
 ]
