@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
-from bench.common import DATA_DIR, machine  # noqa: E402
+from bench.common import DATA_DIR, cpu_flags, machine  # noqa: E402
 from jingpai.engine import harness  # noqa: E402
 
 ALIAS = "attack"
@@ -85,20 +85,7 @@ class Summary:
         return ok
 
 
-def cpu_flags() -> str:
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return "unknown"
-    found = sorted(flags & {"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile"})
-    return ", ".join(found) or "none of avx2/avx512/amx"
-
-
 # ------------------------------------------------------------------------------------------ processes
-
-
-def free_port() -> int:
-    return harness.free_port()
 
 
 def wait_http(url: str, *, timeout_s: float = 120.0) -> None:
@@ -427,7 +414,7 @@ def phase_soak(s: Summary, gateway_url: str, gateway_pid: int, queries: list[str
 
 def attack(kind: str, args, model_dir: Path) -> Summary:
     s = Summary(kind)
-    engine = harness.EngineSettings(kind=kind, port=free_port())  # type: ignore[arg-type]
+    engine = harness.EngineSettings(kind=kind, port=harness.free_port())  # type: ignore[arg-type]
     with tempfile.TemporaryDirectory(prefix=f"jingpai-attack-{kind}-") as tmp:
         work = Path(tmp)
         print(f"== {kind}: starting a disposable node on {engine.url}", flush=True)
@@ -436,7 +423,7 @@ def attack(kind: str, args, model_dir: Path) -> Summary:
         try:
             node = phase_indexing(s, engine, node, work, args)
             phase_alias(s, engine, work)
-            serve_port, gateway_port = free_port(), free_port()
+            serve_port, gateway_port = harness.free_port(), harness.free_port()
             serve = spawn([*JINGPAI, "serve", "--model", str(model_dir), "--port", str(serve_port), "--device", "cpu", "--dtype", "fp32"],
                           work / "serve.log")
             gw = spawn([*JINGPAI, "gateway", "--engine", engine.url, "--reranker", f"http://127.0.0.1:{serve_port}", "--port", str(gateway_port)],

@@ -24,6 +24,16 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
+def cpu_flags() -> str:
+    """The CPU's vector and matrix features that decide inference speed (benchmarks print them: machines differ)."""
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "unknown"
+    found = sorted(flags & {"avx2", "avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile"})
+    return ", ".join(found) or "none of avx2/avx512/amx"
+
+
 def machine() -> str:
     return f"{cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 

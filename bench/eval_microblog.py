@@ -196,7 +196,7 @@ def _index_tweets(engine, year: str, tweets: dict[str, str], settings: ReportSet
 
 
 def _bm25_runs(settings: ReportSettings, year: str, model, key: str, queries: dict[str, str], tweets: dict[str, str], *,
-               depth: int, work: Path, table: Table) -> dict[str, Path]:
+               tuning: TuningSet, depth: int, work: Path, table: Table) -> dict[str, Path]:
     """Engine order and gateway rerank of a BM25 first stage over the pooled tweets (one index per year).
 
     The linear fusion weight is tuned first with ``jingpai tune``'s code on the other year's held-out
@@ -212,7 +212,6 @@ def _bm25_runs(settings: ReportSettings, year: str, model, key: str, queries: di
 
     kind, url = next(iter(settings.engines.items()))
     engine = connect(url)
-    tuning = tuning_set(key, settings)
     other = _load(tuning.year, settings)[3] if not settings.quick else tuning.tweets
     tune_alias = _index_tweets(engine, tuning.year, other, settings, work)
     alias = _index_tweets(engine, year, tweets, settings, work)
@@ -263,7 +262,7 @@ def _bm25_runs(settings: ReportSettings, year: str, model, key: str, queries: di
 
 
 def _ql_runs(settings: ReportSettings, year: str, folder: Path, model, key: str, queries: dict[str, str], tweets: dict[str, str], *,
-             depth: int, work: Path, table: Table) -> dict[str, Path]:
+             tuning: TuningSet, depth: int, work: Path, table: Table) -> dict[str, Path]:
     """The provided query-likelihood run (full depth and top ``depth``) and its top ``depth`` reranked in
     process: model alone, and linear fusion with the weight tuned on the other year's held-out queries."""
     from jingpai.reranker.fusion import FusionSpec
@@ -272,7 +271,6 @@ def _ql_runs(settings: ReportSettings, year: str, folder: Path, model, key: str,
     ql = {qid: docs for qid, docs in read_trec_run(folder / "id.txt").items() if qid in queries}
     runs["query likelihood (provided run, full depth)"] = _write_run(work / f"ql-{year}.txt", ql, "ql")
     runs[f"query likelihood (provided run, top {depth})"] = _write_run(work / f"ql-{year}-top{depth}.txt", {q: d[:depth] for q, d in ql.items()}, "ql")
-    tuning = tuning_set(key, settings)
     other_run = read_trec_run(settings.data_file(f"microblog.{tuning.year}") / "id.txt")
     tune_scored = score_run(model, other_run, tuning.queries, tuning.tweets, depth=depth)
     curve = map_curve(lambda w: fuse_run(tune_scored, FusionSpec(mode="linear", weight=w)), tuning.relevant)
@@ -305,6 +303,7 @@ def run(settings: ReportSettings) -> list[Table]:
         qrels.write_text("".join(f"{p.qid} 0 {p.docid} {int(p.label)}\n" for p in pairs if p.qid in queries), encoding="utf-8")
         key = f"mb{year}-cross"
         model, info = get_model(key, settings, seed=0)
+        tuning = tuning_set(key, settings)  # read once: both first stages tune on the same held-out queries
         default_data = f"TREC Microblog {year}: {len(queries)} queries, {len(tweets)} pooled tweets"
         table = Table(
             key=f"microblog-{year}", section="microblog", title=f"TREC Microblog {year} — rerank of the top {depth} ({settings.mode})",
@@ -317,10 +316,10 @@ def run(settings: ReportSettings) -> list[Table]:
         )
         runs: dict[str, Path] = {}
         if "ql" in stages:
-            runs.update(_ql_runs(settings, year, folder, model, key, queries, tweets, depth=depth, work=work, table=table))
+            runs.update(_ql_runs(settings, year, folder, model, key, queries, tweets, tuning=tuning, depth=depth, work=work, table=table))
         if "bm25" in stages:
             if settings.engines:
-                runs.update(_bm25_runs(settings, year, model, key, queries, tweets, depth=depth, work=work, table=table))
+                runs.update(_bm25_runs(settings, year, model, key, queries, tweets, tuning=tuning, depth=depth, work=work, table=table))
             else:  # only with the default "both": the QL rows need no engine, so they still run
                 table.notes.append("BM25 rows: skipped — no engine (pass --opensearch/--elasticsearch or allow --start-engines).")
         for label, path in runs.items():

