@@ -16,17 +16,17 @@ from jingpai import __version__
 
 #: sub-command name -> "module:attribute" of its click command or group.
 COMMANDS: dict[str, str] = {
-    "engine": "jingpai.engine.commands:engine",
-    "dict": "jingpai.keyword_dict.commands:dict_group",
-    "index": "jingpai.indexer.commands:index",
-    "train": "jingpai.reranker.commands:train",
-    "eval": "jingpai.reranker.commands:evaluate",
-    "negatives": "jingpai.reranker.commands:negatives",
-    "serve": "jingpai.reranker.service_commands:serve",
-    "gateway": "jingpai.plugin.commands:gateway",
-    "tune": "jingpai.plugin.commands:tune",
-    "demo": "jingpai.ui.commands:demo",
-    "plugin": "jingpai.plugin.commands:plugin_group",
+    "engine": "jingpai.commands.engine:engine",
+    "dict": "jingpai.commands.dict:dict_group",
+    "index": "jingpai.commands.index:index",
+    "train": "jingpai.commands.train:train",
+    "eval": "jingpai.commands.train:evaluate",
+    "negatives": "jingpai.commands.train:negatives",
+    "serve": "jingpai.commands.serve:serve",
+    "gateway": "jingpai.commands.gateway:gateway",
+    "tune": "jingpai.commands.gateway:tune",
+    "demo": "jingpai.commands.demo:demo",
+    "plugin": "jingpai.commands.gateway:plugin_group",
 }
 
 #: one-line help per sub-command, shown by ``jingpai --help`` without importing the module.

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from jingpai.engine.harness import free_port
+from jingpai.net import free_port
 
 logger = logging.getLogger(__name__)
 

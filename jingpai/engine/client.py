@@ -26,6 +26,9 @@ logger = logging.getLogger(__name__)
 EngineKind = Literal["opensearch", "elasticsearch"]
 
 
+#: where a locally started engine answers (`jingpai engine up`); the default of every --engine option
+DEFAULT_ENGINE_URL = "http://127.0.0.1:9200"
+
 class EngineConnectionError(RuntimeError):
     """No Elasticsearch/OpenSearch answered at the given URL."""
 

@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import pwd
-import grp
 import shutil
 import signal
 import socket
@@ -36,6 +35,8 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 import httpx
+
+from jingpai.net import free_port  # re-exported: the tests and the bench import it from here
 
 logger = logging.getLogger(__name__)
 
@@ -253,13 +254,6 @@ def _port_busy(port: int) -> bool:
         except OSError:
             return True
     return False
-
-
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _node_config(settings: EngineSettings, inst: Path) -> str:

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from jingpai.cjk import has_han
+
 logger = logging.getLogger(__name__)
 
 CorpusFormat = Literal["jsonl", "csv", "tsv"]
@@ -119,7 +121,7 @@ def _looks_gb18030(raw: bytes) -> bool:
         text = raw.decode("gb18030")
     except UnicodeDecodeError:
         return False
-    has_cjk = any("\u4e00" <= ch <= "\u9fff" for ch in text)
+    has_cjk = has_han(text)
     return has_cjk and not any(ch < " " and ch != "\t" for ch in text)
 
 

@@ -22,6 +22,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from jingpai.cjk import HAN_CLASS
+
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +41,7 @@ _SNIFF_BYTES = 8192
 #: a labelled file with at least this many rows and more distinct labels than half its rows has its
 #: label and text columns swapped: real domains hold many documents each
 SWAPPED_MIN_ROWS = 20
-_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+_HAN = re.compile(f"[{HAN_CLASS}]")
 
 
 def check_encoding(encoding: str) -> str:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jingpai.cjk import HAN_RANGES
+
 logger = logging.getLogger(__name__)
 
 #: odd 64-bit multiplier of the polynomial keys (golden ratio): spreads ids over the key space
@@ -33,7 +35,7 @@ RUN_BASE = 0x110000  # ids of Latin/digit runs start above every code point
 # every unit character is in the BMP, so astral code points are looked up as U+FFFF (class 0)
 _OTHER, _HAN, _ALNUM = 0, 1, 2
 _CLASS = np.zeros(0x10000, dtype=np.uint8)
-for _lo, _hi in ((0x3400, 0x4DBF), (0x4E00, 0x9FFF), (0xF900, 0xFAFF)):
+for _lo, _hi in HAN_RANGES:
     _CLASS[_lo : _hi + 1] = _HAN
 for _lo, _hi in ((0x30, 0x39), (0x41, 0x5A), (0x61, 0x7A), (0xFF10, 0xFF19), (0xFF21, 0xFF3A), (0xFF41, 0xFF5A)):
     _CLASS[_lo : _hi + 1] = _ALNUM

@@ -11,8 +11,10 @@ import re
 from collections.abc import Iterator
 from functools import lru_cache
 
+from jingpai.cjk import HAN_CLASS
+
 # Han (CJK unified + extension A + compatibility), or a run of ASCII/full-width letters and digits.
-_UNIT = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[A-Za-z0-9\uff10-\uff19\uff21-\uff3a\uff41-\uff5a]+")
+_UNIT = re.compile(rf"[{HAN_CLASS}]|[A-Za-z0-9\uff10-\uff19\uff21-\uff3a\uff41-\uff5a]+")
 
 
 def segments(text: str) -> Iterator[list[str]]:

@@ -56,7 +56,7 @@ from yarl import URL
 
 from jingpai.indexer.mapping import IndexMeta, NotAJingpaiIndexError, read_meta
 from jingpai.plugin.augment import DictionaryStore, QueryRewriter, RewriteResult, find_full_text
-from jingpai.plugin.commands import setting_hint
+from jingpai.commands.gateway import setting_hint
 from jingpai.plugin.http_protocol import Utf8TargetHttpToolsProtocol
 from jingpai.plugin.rerank_client import CircuitBreaker, RerankClient, RerankUnavailable
 from jingpai.plugin.filter_path import FilterPath

@@ -1,7 +1,7 @@
 """Settings of the ``_search`` gateway: one frozen dataclass, built from CLI / env / config file in one place.
 
 :func:`load_config_file` reads a TOML or JSON file whose keys are :class:`GatewaySettings` field names
-(optionally under a ``[gateway]`` table); :mod:`jingpai.plugin.commands` merges it under the CLI and
+(optionally under a ``[gateway]`` table); :mod:`jingpai.commands.gateway` merges it under the CLI and
 ``JINGPAI_GATEWAY_*`` environment values and builds the settings. Per-index fusion overrides live in the
 file's ``indices`` table (:data:`INDEX_OVERRIDES`).
 """

@@ -54,6 +54,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
+from jingpai.cjk import HAN_CLASS
 from jingpai import __version__
 from jingpai.reranker.base import Pair, Reranker
 from jingpai.reranker.fusion import FUSION_MODES, FusionError, FusionMode, FusionSpec, fused_order, ranks_of
@@ -320,7 +321,7 @@ class TextMeasure:
     other symbol), which only steers batching and chunking — the model still truncates on its own.
     """
 
-    _UNIT = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]|[^\W\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]+|[^\w\s]", re.UNICODE)
+    _UNIT = re.compile(rf"[{HAN_CLASS}]|[^\W{HAN_CLASS}]+|[^\w\s]", re.UNICODE)
 
     def __init__(self, model: Reranker) -> None:
         tokenizer = getattr(model, "tokenizer", None)

@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from jingpai.cjk import HAN_CLASS
+
 from jingpai.reranker.base import Pair, Reranker, RerankerConfig
 
 logger = logging.getLogger(__name__)
@@ -43,7 +45,7 @@ PAD_ID = 0
 UNK_ID = 1
 VOCAB_FILE = "word_vocab.json"
 
-_HAN = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_HAN = HAN_CLASS
 _RUN = re.compile(rf"[{_HAN}]+|[^{_HAN}]+")
 _HAN_RUN = re.compile(rf"[{_HAN}]")
 # a Latin/digit word, optionally joined by ' . - inside (don't, u.s, covid-19)

@@ -18,9 +18,9 @@ import yaml
 from jingpai import __version__
 from jingpai.cli import COMMANDS
 from jingpai.engine import harness
-from jingpai.indexer.commands import index
-from jingpai.plugin.commands import gateway
-from jingpai.reranker.service_commands import serve
+from jingpai.commands.index import index
+from jingpai.commands.gateway import gateway
+from jingpai.commands.serve import serve
 
 from .conftest import COMPOSE_FILE, Compose, compose_defaults, docker_compose, load_compose, read_env_file
 
@@ -44,6 +44,12 @@ def host_param(command: click.Command) -> click.Parameter:
 
 def index_engine_param() -> click.Parameter:
     return next(p for p in index.commands["run"].params if p.name == "engine_url")
+
+
+def index_engine_env() -> str:
+    """The shared engine variable `jingpai index` reads (after its own JINGPAI_INDEX_ENGINE)."""
+    envvar = index_engine_param().envvar
+    return envvar if isinstance(envvar, str) else envvar[-1]
 
 
 def published(port: str) -> tuple[str, str, str]:
@@ -134,7 +140,7 @@ def test_reranker_environment_is_the_serve_options_with_their_defaults(
     params = envvar_params(serve)
     host = host_param(serve)
     assert set(env) == set(params) - {host.envvar}, "one compose variable per `jingpai serve` option (but --host)"
-    assert COMMANDS["serve"] == "jingpai.reranker.service_commands:serve" and svc["command"][0] == "serve"
+    assert COMMANDS["serve"] == "jingpai.commands.serve:serve" and svc["command"][0] == "serve"
     args = svc["command"][1:]
     assert args == ["--host", "0.0.0.0"], "the container binds every interface; the CLI default stays local"
     assert host.default == "127.0.0.1"
@@ -160,9 +166,8 @@ def test_gateway_environment_is_the_gateway_options_with_their_defaults(
     env = {k: str(v) for k, v in svc["environment"].items()}
     params = envvar_params(gateway)
     host = host_param(gateway)
-    engine_param = index_engine_param()
-    assert set(env) == (set(params) - {host.envvar}) | {engine_param.envvar}
-    assert COMMANDS["gateway"] == "jingpai.plugin.commands:gateway" and svc["command"][0] == "gateway"
+    assert set(env) == (set(params) - {host.envvar}) | {index_engine_env()}
+    assert COMMANDS["gateway"] == "jingpai.commands.gateway:gateway" and svc["command"][0] == "gateway"
     args = svc["command"][1:]
     assert args == ["--host", "0.0.0.0"] and host.default == "127.0.0.1"
 
@@ -183,7 +188,7 @@ def test_compose_specific_values_point_at_services_and_volumes(compose: Compose)
     gw_env = compose.services["gateway"]["environment"]
     engines = compose.with_alias("engine")
     assert set(engines) == {"opensearch", "opensearch-dev", "elasticsearch", "elasticsearch-dev"}
-    for envvar in ("JINGPAI_GATEWAY_ENGINE", index_engine_param().envvar):
+    for envvar in ("JINGPAI_GATEWAY_ENGINE", index_engine_env()):
         url = urlsplit(gw_env[envvar])
         assert (url.scheme, url.hostname, url.port) == ("http", "engine", ENGINE_CONTAINER_PORT), envvar
     for name, service in engines.items():

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from jingpai.plugin.commands import gateway
-from jingpai.reranker.service_commands import serve
+from jingpai.commands.gateway import gateway
+from jingpai.commands.serve import serve
 
 from .conftest import DOCKER, DOCKERFILE, REPO, Compose
 

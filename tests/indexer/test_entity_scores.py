@@ -16,7 +16,7 @@ import torch
 from click.testing import CliRunner
 
 from jingpai.engine.client import Engine
-from jingpai.indexer.commands import index as index_cli
+from jingpai.commands.index import index as index_cli
 from jingpai.indexer.entity_scores import (
     MIN_FEATURE,
     EntityScoreSettings,

@@ -8,7 +8,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from jingpai.plugin.commands import _OPTION_FIELDS, build_settings, gateway, setting_hint
+from jingpai.commands.gateway import _OPTION_FIELDS, build_settings, gateway, setting_hint
 from jingpai.plugin.rerank_client import CircuitBreaker
 from jingpai.plugin.settings import GatewayConfigError, GatewaySettings, load_config_file
 from jingpai.reranker.fusion import FusionSpec

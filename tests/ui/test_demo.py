@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from jingpai.keyword_dict import keyword_spans
 from jingpai.reranker.base import Reranker
-from jingpai.ui.commands import demo
+from jingpai.commands.demo import demo
 from jingpai.ui.demo import (
     DEMO_CORPUS,
     DemoError,

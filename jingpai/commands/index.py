@@ -7,16 +7,16 @@ from pathlib import Path
 
 import click
 
+from jingpai.commands.base import JingpaiGroup
+from jingpai.commands.options import Opt, engine_option, settings_from, settings_options
 from jingpai.engine.client import EngineConnectionError, connect
-from jingpai.indexer.readers import DEFAULT_MAX_RECORD_BYTES, FORMATS, CorpusError
+from jingpai.indexer.pipeline import IndexSettings
+from jingpai.indexer.readers import FORMATS, CorpusError
 from jingpai.indexer.versions import IndexVersionError
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_ENGINE = "http://127.0.0.1:9200"
-
-
-class _DefaultToRun(click.Group):
+class _DefaultToRun(JingpaiGroup):
     """``jingpai index FILE…`` runs indexing; ``status`` / ``prune`` are sub-commands."""
 
     def resolve_command(self, ctx: click.Context, args: list[str]):
@@ -28,66 +28,50 @@ class _DefaultToRun(click.Group):
         formatter.write_usage("jingpai index", "PATH... --index NAME [OPTIONS] | status NAME | prune NAME | score-entities NAME --model DIR")
 
 
-_engine_opt = click.option(
-    "--engine", "engine_url", default=DEFAULT_ENGINE, show_default=True, envvar="JINGPAI_ENGINE_URL",
-    help="Engine URL [env JINGPAI_ENGINE_URL].",
-)
-
-
 @click.group(cls=_DefaultToRun, invoke_without_command=False)
 def index() -> None:
     """Index corpora with dictionary-augmented fields into a versioned index behind an alias."""
 
 
+#: how IndexSettings' fields look on the command line (defaults and types come from IndexSettings)
+RUN_OPTIONS: dict[str, Opt] = {
+    "fmt": Opt(flag="--format", type=click.Choice(FORMATS), help="Corpus format (default: from the file suffix)."),
+    "columns": Opt(csv=True, help="CSV/TSV column names, comma-separated, for files without a header row."),
+    "id_field": Opt(help="Field holding the document id (default: content hash)."),
+    "text_fields": Opt(csv=True, help="Comma-separated text fields."),
+    "batch_size": Opt(type=click.IntRange(min=1)),
+    "max_doc_bytes": Opt(type=click.IntRange(min=1), help="Quarantine documents larger than this as JSON with jingpai's fields."),
+    "max_record_bytes": Opt(type=click.IntRange(min=1),
+                            help="Quarantine input lines larger than this before parsing them (bounds memory)."),
+    "max_rejected": Opt(type=click.FloatRange(0.0, 1.0),
+                        help="Largest share of rejected records for the new index to replace the live one (0.01 = 1%)."),
+    "force": Opt(help="Move the alias even if the new index is empty or over --max-rejected."),
+    "keywords_top_k": Opt(flag="--keywords", type=click.IntRange(min=0), help="Keywords kept per document."),
+    "quarantine_dir": Opt(type=click.Path(file_okay=False, path_type=Path)),
+    "rebuild": Opt(help="Build a new physical index even if one exists for this dictionary."),
+    "progress": Opt(flag="--no-progress", negate=True, help="No progress bar."),
+    "concurrency": Opt(type=click.IntRange(min=1), help="Bulk requests in flight at once."),
+}
+
+
 @index.command(name="run")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--index", "index_name", required=True, help="Alias to index into (physical indices are NAME-<dict>-<n>).")
-@_engine_opt
-@click.option("--dict", "dict_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None, help="Dictionary directory from `jingpai dict build`.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default=None, help="Corpus format (default: from the file suffix).")
-@click.option("--columns", default=None, help="CSV/TSV column names, comma-separated, for files without a header row.")
-@click.option("--id-field", default=None, help="Field holding the document id (default: content hash).")
-@click.option("--text-fields", default="title,content", show_default=True, help="Comma-separated text fields.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=500, show_default=True)
-@click.option("--max-doc-bytes", type=click.IntRange(min=1), default=5_000_000, show_default=True,
-              help="Quarantine documents larger than this as JSON with jingpai's fields.")
-@click.option("--max-record-bytes", type=click.IntRange(min=1), default=DEFAULT_MAX_RECORD_BYTES, show_default=True,
-              help="Quarantine input lines larger than this before parsing them (bounds memory).")
-@click.option("--max-rejected", type=click.FloatRange(0.0, 1.0), default=0.01, show_default=True,
-              help="Largest share of rejected records for the new index to replace the live one (0.01 = 1%).")
-@click.option("--force", is_flag=True, help="Move the alias even if the new index is empty or over --max-rejected.")
-@click.option("--keywords", "keywords_top_k", type=click.IntRange(min=0), default=20, show_default=True, help="Keywords kept per document.")
-@click.option("--quarantine-dir", type=click.Path(file_okay=False, path_type=Path), default=Path("."), show_default=True)
-@click.option("--rebuild", is_flag=True, help="Build a new physical index even if one exists for this dictionary.")
-@click.option("--no-progress", is_flag=True, help="No progress bar.")
-@click.option("--concurrency", type=click.IntRange(min=1), default=2, show_default=True, help="Bulk requests in flight at once.")
-def run(paths, index_name, engine_url, dict_dir, fmt, columns, id_field, text_fields, batch_size, max_doc_bytes,
-        max_record_bytes, max_rejected, force, keywords_top_k, quarantine_dir, rebuild, no_progress, concurrency) -> None:
+@click.option("--index", "index_name", required=True, envvar="JINGPAI_INDEX_INDEX",
+              help="Alias to index into (physical indices are NAME-<dict>-<n>).")
+@engine_option("index")
+@click.option("--dict", "dict_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              envvar="JINGPAI_INDEX_DICT", help="Dictionary directory from `jingpai dict build`.")
+@settings_options("index", IndexSettings, RUN_OPTIONS)
+def run(paths, index_name, engine_url, dict_dir, **values) -> None:
     """Index PATH… into --index.
 
     The alias moves to the new physical index only if it is not empty and at most --max-rejected of the
     records were rejected; otherwise the command exits non-zero and the alias stays (docs/indexing.md).
     """
-    from jingpai.indexer.pipeline import BuildCheckError, IndexingError, IndexSettings, index_corpus
+    from jingpai.indexer.pipeline import BuildCheckError, IndexingError, index_corpus
 
     try:
-        settings = IndexSettings(
-            index=index_name,
-            text_fields=tuple(f.strip() for f in text_fields.split(",") if f.strip()),
-            id_field=id_field,
-            fmt=fmt,
-            columns=tuple(c.strip() for c in columns.split(",")) if columns else None,
-            batch_size=batch_size,
-            max_doc_bytes=max_doc_bytes,
-            max_record_bytes=max_record_bytes,
-            max_rejected=max_rejected,
-            force=force,
-            keywords_top_k=keywords_top_k,
-            quarantine_dir=quarantine_dir,
-            rebuild=rebuild,
-            progress=not no_progress,
-            concurrency=concurrency,
-        )
+        settings = settings_from(IndexSettings, values, RUN_OPTIONS, index=index_name)
         dictionary = None
         if dict_dir is not None:
             from jingpai.keyword_dict import Dictionary
@@ -111,7 +95,7 @@ def run(paths, index_name, engine_url, dict_dir, fmt, columns, id_field, text_fi
 
 @index.command()
 @click.argument("name")
-@_engine_opt
+@engine_option("index")
 def status(name: str, engine_url: str) -> None:
     """List the physical versions of index NAME and which one the alias serves."""
     from jingpai.indexer.versions import list_versions
@@ -129,7 +113,7 @@ def status(name: str, engine_url: str) -> None:
 
 @index.command()
 @click.argument("name")
-@_engine_opt
+@engine_option("index")
 @click.option("--keep", type=click.IntRange(min=0), default=0, show_default=True, help="Idle versions to keep.")
 def prune(name: str, engine_url: str, keep: int) -> None:
     """Delete physical versions of NAME that the alias no longer serves."""
@@ -146,7 +130,7 @@ def prune(name: str, engine_url: str, keep: int) -> None:
 @click.argument("name")
 @click.option("--model", "model_dir", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Saved jingpai model (bertca uses precomputed document encodings; others score pairs).")
-@_engine_opt
+@engine_option("index")
 @click.option("--entities", type=click.Choice(["keywords", "title-keywords"]), default="keywords", show_default=True,
               help="keywords: the document's jingpai.keywords; title-keywords: dictionary keywords of the title (needs --dict).")
 @click.option("--dict", "dict_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,

@@ -1,0 +1,40 @@
+"""The click classes every ``jingpai`` command uses: jingpai's errors are caught here, once.
+
+A :class:`~jingpai.errors.JingpaiError` escaping a command becomes click's one-line ``Error: …`` and
+exit status 1; anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from jingpai.errors import JingpaiError
+
+
+def _invoke_catching(invoke: Any, ctx: click.Context) -> Any:
+    try:
+        return invoke(ctx)
+    except JingpaiError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+class JingpaiCommand(click.Command):
+    """A click command whose :class:`JingpaiError` exits 1 with its message."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        return _invoke_catching(super().invoke, ctx)
+
+
+class JingpaiGroup(click.Group):
+    """A click group whose sub-commands (and sub-groups) are :class:`JingpaiCommand` / :class:`JingpaiGroup`."""
+
+    command_class = JingpaiCommand
+    group_class = type  # sub-groups are of this same class
+
+    def invoke(self, ctx: click.Context) -> Any:
+        return _invoke_catching(super().invoke, ctx)
+
+
+__all__ = ["JingpaiCommand", "JingpaiGroup"]
