@@ -23,8 +23,8 @@ Example:
     >>> from click.testing import CliRunner
     >>> CliRunner().invoke(cmd, ["--window", "5", "--no-progress"]).output
     'S(window=5, progress=False)\\n'
-    >>> CliRunner().invoke(cmd, [], env={"JINGPAI_DEMO_WINDOW": "7"}).output
-    'S(window=7, progress=True)\\n'
+    >>> CliRunner().invoke(cmd, [], env={"JINGPAI_DEMO_WINDOW": "7", "JINGPAI_DEMO_NO_PROGRESS": "1"}).output
+    'S(window=7, progress=False)\\n'
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class Opt:
         help: the help line.
         type: a click type narrower than the field's annotation (``click.IntRange(min=1)``).
         metavar: shown instead of the type name.
-        negate: a ``--no-x`` flag for a field that defaults to ``True``.
+        negate: a ``--no-x`` flag for a field that defaults to ``True`` (its parameter is ``no_x``).
         multiple: the option may be repeated (field type ``tuple[...]``).
         csv: the field is a tuple given as one comma-separated value (``--text-fields title,content``).
         required: the option must be given (the field has no default or its default is not for CLIs).
@@ -139,26 +139,33 @@ def _alias_callback(component: str, name: str, flag: str, aliases: tuple[str, ..
     return note_alias
 
 
+def _param_name(name: str, opt: Opt) -> str:
+    return f"no_{name}" if opt.negate else name
+
+
 def _option(component: str, cls: type, hints: Mapping[str, Any], name: str, opt: Opt) -> Callable[[F], F]:
     flag = opt.flag or "--" + name.replace("_", "-")
     default = field_default(cls, name)
     tp = _strip_optional(hints[name])
-    envvar = [env_name(component, flag), *opt.env_aliases]
+    # a plain name where there is one: click and the compose checks read ``param.envvar`` as a string
+    envvar: str | list[str] = [env_name(component, flag), *opt.env_aliases] if opt.env_aliases else env_name(component, flag)
     kwargs: dict[str, Any] = {"help": opt.help, "envvar": envvar, "show_envvar": opt.show_envvar}
     if opt.metavar:
         kwargs["metavar"] = opt.metavar
     if opt.env_aliases:
         kwargs["callback"] = _alias_callback(component, name, flag, opt.env_aliases)
     if tp is bool and "/" not in flag:
-        # a plain switch: --x sets True (default False), --no-x (negate) sets False (default True)
-        kwargs.update(is_flag=True, flag_value=not opt.negate, default=bool(default) if default is not _MISSING else opt.negate)
-        return click.option(flag, name, **kwargs)
+        # a plain switch. A ``--no-x`` flag is its own parameter ``no_x`` (set by --no-x or by
+        # JINGPAI_…_NO_X=1) that cli_values inverts: a flag_value=False switch would read "1" as True
+        return click.option(flag, _param_name(name, opt), is_flag=True, default=False, **kwargs)
     if tp is bool:
         kwargs.update(default=default, show_default=opt.show_default)
         return click.option(flag, name, **kwargs)
     kwargs["type"] = opt.type if opt.type is not None else _click_type(tp)
-    if opt.required or default is _MISSING:
-        kwargs["required"] = opt.required
+    if opt.required:
+        # no default at all: click counts even default=None as a given value of a required option
+        kwargs["required"] = True
+    elif default is _MISSING:
         kwargs["default"] = None
     elif opt.multiple:
         kwargs.update(multiple=True, default=tuple(default or ()))
@@ -222,10 +229,14 @@ def cli_values(values: Mapping[str, Any], spec: Mapping[str, Opt]) -> dict[str, 
     """
     out: dict[str, Any] = {}
     for name, opt in spec.items():
-        if name not in values:
+        param = _param_name(name, opt)
+        if param not in values:
             continue
-        value = values[name]
+        value = values[param]
         if value is None:
+            continue
+        if opt.negate:
+            out[name] = not value
             continue
         if opt.csv and isinstance(value, str):
             value = tuple(v.strip() for v in value.split(",") if v.strip())
