@@ -14,11 +14,12 @@ Routes (see ``docs/service.md``):
   in input order.
 * ``GET /health``, ``GET /info``, ``GET /metrics`` (Prometheus), ``GET /openapi.json``, ``GET /docs``.
 
-Every scoring route feeds one :class:`~jingpai.reranker.service.batching.BatchingEngine`: the (query, document) pairs of concurrent
+Every scoring route feeds one :class:`BatchingEngine`: the (query, document) pairs of concurrent
 requests are merged, sorted by length and cut into batches whose padded size stays within
 ``max_batch_tokens``; each batch runs on one worker thread under ``torch.inference_mode()`` and, when
 the dtype is not fp32, ``torch.autocast``. A batch that raises is re-run request by request so only the
-request that caused the error fails.
+request that caused the error fails. The service runs its own copy of the model: the caller's stays as
+it was.
 
 Example:
     >>> from jingpai.reranker.base import Reranker
@@ -28,7 +29,8 @@ Example:
 Modules (one concept each):
 
 * :mod:`~jingpai.reranker.service.settings` — :class:`ServiceSettings`, device and dtype resolution.
-* :mod:`~jingpai.reranker.service.errors` — the service's errors and their one mapping to HTTP.
+* :mod:`~jingpai.reranker.service.errors` — the service's errors and the HTTP status of each;
+  :mod:`~jingpai.reranker.service.http_errors` — the one exception → HTTP response handler.
 * :mod:`~jingpai.reranker.service.model_copy` — the service's own copy of the model (cast, quantized).
 * :mod:`~jingpai.reranker.service.measuring` — :class:`TextMeasure`, token counts and cuts.
 * :mod:`~jingpai.reranker.service.forward` — one batch through the model.
@@ -42,55 +44,50 @@ Modules (one concept each):
 
 from __future__ import annotations
 
-from jingpai.reranker.service.errors import (
-    InvalidInputError,
-    PayloadTooLargeError,
-    QueueTimeoutError,
-    ScoringError,
-    ServiceClosedError,
-    ServiceError,
-    ServiceSettingsError,
-    error_response,
-)
-from jingpai.reranker.service.settings import (
-    DType,
-    Device,
-    LongDocs,
-    ServiceSettings,
-    cpu_has_native_bf16,
-    resolve_device,
-    resolve_dtype,
-)
-from jingpai.reranker.service.measuring import TextMeasure
-from jingpai.reranker.service.metrics import ServiceMetrics
-from jingpai.reranker.service.model_copy import quantize_int8, serving_model
-from jingpai.reranker.service.batching import BatchingEngine
-from jingpai.reranker.service.scoring import RerankService
-from jingpai.reranker.service.schemas import ErrorBody
-from jingpai.reranker.service.app import create_app
+import importlib
+from typing import Any
 
-__all__ = [
-    "BatchingEngine",
-    "DType",
-    "Device",
-    "ErrorBody",
-    "InvalidInputError",
-    "LongDocs",
-    "PayloadTooLargeError",
-    "QueueTimeoutError",
-    "RerankService",
-    "ScoringError",
-    "ServiceClosedError",
-    "ServiceError",
-    "ServiceMetrics",
-    "ServiceSettings",
-    "ServiceSettingsError",
-    "TextMeasure",
-    "create_app",
-    "cpu_has_native_bf16",
-    "error_response",
-    "quantize_int8",
-    "resolve_device",
-    "resolve_dtype",
-    "serving_model",
-]
+#: public name → the module that defines it. Imported on first use (PEP 562), so that
+#: ``jingpai.reranker.service.settings`` alone (what ``jingpai serve --help`` needs) loads neither
+#: torch nor FastAPI.
+_EXPORTS = {
+    "InvalidInputError": "errors",
+    "PayloadTooLargeError": "errors",
+    "QueueTimeoutError": "errors",
+    "ScoringError": "errors",
+    "ServiceClosedError": "errors",
+    "ServiceError": "errors",
+    "ServiceSettingsError": "errors",
+    "error_response": "http_errors",
+    "DType": "settings",
+    "Device": "settings",
+    "LongDocs": "settings",
+    "ServiceSettings": "settings",
+    "cpu_has_native_bf16": "settings",
+    "resolve_device": "settings",
+    "resolve_dtype": "settings",
+    "TextMeasure": "measuring",
+    "ServiceMetrics": "metrics",
+    "quantize_int8": "model_copy",
+    "serving_model": "model_copy",
+    "BatchingEngine": "batching",
+    "RerankService": "scoring",
+    "ErrorBody": "schemas",
+    "create_app": "app",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+__all__ = sorted(_EXPORTS)

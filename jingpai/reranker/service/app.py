@@ -17,7 +17,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jingpai import __version__
 from jingpai.reranker.base import Reranker
-from jingpai.reranker.service.errors import ServiceError, error_response
+from jingpai.reranker.service.errors import ServiceError
+from jingpai.reranker.service.http_errors import error_response
 from jingpai.reranker.service.metrics import ServiceMetrics
 from jingpai.reranker.service.middleware import BodyLimitAndMetrics
 from jingpai.reranker.service.rerank_routes import add_rerank_routes

@@ -17,9 +17,12 @@ import torch
 from jingpai.reranker.base import Pair, Reranker
 from jingpai.reranker.service.errors import InvalidInputError, ScoringError
 from jingpai.reranker.service.metrics import ServiceMetrics
-from jingpai.reranker.service.settings import DTYPES, ComputeDType
+from jingpai.reranker.service.settings import ComputeDType
 
 logger = logging.getLogger(__name__)
+
+#: the torch dtype each compute dtype runs in (``None``: the weights' own fp32; int8 quantizes instead)
+DTYPES: dict[str, torch.dtype | None] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None, "int8": None}
 
 
 @dataclass(frozen=True)
@@ -124,4 +127,4 @@ class ForwardPass:
         m.inference_seconds.observe(time.perf_counter() - launched.started)
 
 
-__all__ = ["ForwardPass", "Launched"]
+__all__ = ["DTYPES", "ForwardPass", "Launched"]

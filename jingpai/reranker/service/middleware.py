@@ -6,7 +6,8 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from jingpai.reranker.service.errors import PayloadTooLargeError, error_response
+from jingpai.reranker.service.errors import PayloadTooLargeError
+from jingpai.reranker.service.http_errors import error_response
 from jingpai.reranker.service.metrics import ServiceMetrics
 from jingpai.reranker.service.settings import LIMIT_SOURCE
 

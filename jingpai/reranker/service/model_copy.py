@@ -23,7 +23,8 @@ import torch
 
 from jingpai.reranker.base import Reranker
 from jingpai.reranker.service.errors import ServiceSettingsError
-from jingpai.reranker.service.settings import DTYPES, ComputeDType, ServiceSettings, resolve_dtype
+from jingpai.reranker.service.forward import DTYPES
+from jingpai.reranker.service.settings import ComputeDType, ServiceSettings, resolve_dtype
 
 logger = logging.getLogger(__name__)
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
-
-import torch
+from typing import TYPE_CHECKING, Literal, get_args
 
 from jingpai.reranker.service.errors import ServiceSettingsError
+
+if TYPE_CHECKING:  # torch is imported where a device is resolved: `jingpai serve --help` needs none of it
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -26,9 +27,6 @@ DType = Literal["auto", "bf16", "fp16", "fp32", "int8"]
 #: a resolved :data:`DType`
 ComputeDType = Literal["bf16", "fp16", "fp32", "int8"]
 LongDocs = Literal["truncate", "max-chunks"]
-
-#: the torch dtype each compute dtype casts to (``None``: the weights' own fp32; int8 quantizes instead)
-DTYPES: dict[str, torch.dtype | None] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None, "int8": None}
 
 #: where each limit is set, so error messages can tell the client (and the operator) what to change.
 #: These name `jingpai serve`'s flag and variable, which the core otherwise does not know: the messages
@@ -121,6 +119,8 @@ def resolve_device(device: Device) -> str:
     Raises:
         ServiceSettingsError: ``cuda`` was asked for but torch sees no CUDA device.
     """
+    import torch
+
     if device == "auto":
         resolved = "cuda" if torch.cuda.is_available() else "cpu"
         logger.info("device auto → %s", resolved)
@@ -150,6 +150,8 @@ def resolve_dtype(dtype: DType, device: torch.device) -> ComputeDType:
     Raises:
         ServiceSettingsError: ``int8`` on a device other than the CPU.
     """
+    import torch
+
     if dtype == "int8" and device.type != "cpu":
         raise ServiceSettingsError(f"dtype='int8' (dynamic int8 quantization) runs on the CPU only, not on {device.type}; use bf16 or fp16 there")
     if dtype != "auto":
@@ -170,5 +172,5 @@ def resolve_dtype(dtype: DType, device: torch.device) -> ComputeDType:
     return "fp32"
 
 
-__all__ = ["DTYPES", "LIMIT_SOURCE", "ComputeDType", "DType", "Device", "LongDocs", "ServiceSettings", "cpu_has_native_bf16",
+__all__ = ["LIMIT_SOURCE", "ComputeDType", "DType", "Device", "LongDocs", "ServiceSettings", "cpu_has_native_bf16",
            "resolve_device", "resolve_dtype"]
