@@ -428,8 +428,9 @@ def test_app_puts_the_model_in_eval_mode_and_max_length_replaces_the_models(mode
     model = Reranker.load(model_dir, device="cpu")
     model.net.train()
     app = create_app(fp32(max_length=32), model)
-    assert model.config.max_length == 32 and app.state.service.max_length == 32
-    assert not model.net.training  # served with dropout off
+    served = app.state.service.model  # the service's own copy (the caller's model stays as it was)
+    assert served.config.max_length == 32 and app.state.service.max_length == 32
+    assert not served.net.training  # served with dropout off
     with pytest.raises(ValueError, match="max_length=512 exceeds the model's max_position_embeddings=256"):
         create_app(fp32(max_length=512), model)
 
@@ -460,18 +461,40 @@ def test_dtype_resolution() -> None:
 
 
 def test_int8_quantizes_linear_layers_and_keeps_scores_close(model_dir: Path) -> None:
-    own = Reranker.load(model_dir, device="cpu")  # the service replaces the net: not the shared fixture
+    own = Reranker.load(model_dir, device="cpu")
     fp32_scores = own.predict([(QUERY, d) for d in DOCS])
     app = create_app(ServiceSettings(dtype="int8"), own)
     with TestClient(app) as c:
         assert c.get("/info").json()["dtype"] == "int8"
         r = c.post("/rerank", json={"query": QUERY, "texts": DOCS, "raw_scores": True})
     assert r.status_code == 200
-    quantized = [m for m in own.net.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
-    assert quantized and not any(type(m) is torch.nn.Linear for m in own.net.modules())
+    served = app.state.service.model.net  # the service quantizes its own copy of the model
+    quantized = [m for m in served.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)]
+    assert quantized and not any(type(m) is torch.nn.Linear for m in served.modules())
     got = {rec["index"]: rec["score"] for rec in r.json()}
     assert max(abs(got[i] - fp32_scores[i]) for i in range(len(DOCS))) < 0.05
     assert any(got[i] != fp32_scores[i] for i in range(len(DOCS)))  # it really ran another kernel
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "int8"])
+def test_create_app_leaves_the_callers_model_unchanged(model_dir: Path, dtype: str) -> None:
+    # the service casts, quantizes and re-configures its own copy; the caller's model is not touched
+    own = Reranker.load(model_dir, device="cpu")
+    own.net.train()
+    net, config = own.net, own.config
+    before = {name: (p.dtype, p.detach().clone()) for name, p in net.named_parameters()}
+    app = create_app(ServiceSettings(dtype=dtype, max_length=32, warmup=False), own)  # type: ignore[arg-type]
+    with TestClient(app) as c:
+        assert c.post("/rerank", json={"query": QUERY, "texts": DOCS}).status_code == 200
+    served = app.state.service.model
+    assert served is not own and served.net is not net and served.config.max_length == 32
+    assert own.net is net and own.config is config and own.config.max_length == 64
+    assert net.training, "the caller's net keeps its mode"
+    assert not any(isinstance(m, torch.ao.nn.quantized.dynamic.Linear) for m in net.modules())
+    after = dict(net.named_parameters())
+    assert set(after) == set(before)
+    for name, (dtype_before, value) in before.items():
+        assert after[name].dtype == dtype_before == torch.float32 and torch.equal(after[name].detach(), value), name
 
 
 def test_bf16_autocast_on_cpu_keeps_the_ranking_close(model: Reranker) -> None:

@@ -1,0 +1,308 @@
+"""Merging concurrent requests into token-budgeted batches (:class:`BatchingEngine`).
+
+The (query, document) pairs of the requests queued while the model is busy are merged, sorted by length
+and cut into batches whose padded size stays within ``max_batch_tokens``. One asyncio task collects the
+queue; one worker thread runs the batches (:class:`~jingpai.reranker.service.forward.ForwardPass`), so
+the event loop keeps accepting requests while the model computes. A merged batch that raises is re-run
+request by request, so only the request that caused the error fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from jingpai.reranker.base import Pair, Reranker
+from jingpai.reranker.service.errors import QueueTimeoutError, ScoringError, ServiceClosedError, ServiceError
+from jingpai.reranker.service.forward import ForwardPass, Launched
+from jingpai.reranker.service.metrics import ServiceMetrics
+from jingpai.reranker.service.settings import LIMIT_SOURCE, ComputeDType, ServiceSettings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class _Job:
+    pairs: list[Pair]
+    lengths: list[int]
+    enqueued: float
+    deadline: float
+    started: asyncio.Future[None]
+    done: asyncio.Future[np.ndarray]
+    expired: bool = False
+
+
+@dataclass(eq=False)
+class _Item:
+    job: int
+    pos: int
+    length: int
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """One batch of a round: its pairs (``members``), the jobs they belong to, and its launch (or error)."""
+
+    members: list[_Item]
+    job_ids: list[int]
+    launched: Launched | ServiceError
+
+
+@dataclass
+class _RoundOutcome:
+    scores: dict[int, np.ndarray] = field(default_factory=dict)
+    errors: dict[int, ServiceError] = field(default_factory=dict)
+
+
+class BatchingEngine:
+    """Merges the pairs of concurrent requests into token-budgeted, length-sorted batches.
+
+    Args:
+        model: the service's model (already on its device).
+        settings: service settings (``max_batch_tokens``, ``queue_timeout_ms``, ``batch_wait_ms``).
+        metrics: where to record batch sizes and timings.
+        dtype: ``bf16``/``fp16`` run under autocast; ``fp32`` does not.
+    """
+
+    def __init__(self, model: Reranker, settings: ServiceSettings, metrics: ServiceMetrics, *, dtype: ComputeDType) -> None:
+        self.model = model
+        self.settings = settings
+        self.metrics = metrics
+        self.forward = ForwardPass(model, metrics, dtype=dtype)
+        self._queue: deque[_Job] = deque()
+        self._queued_tokens = 0
+        self._wakeup: asyncio.Event | None = None
+        self._full: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jingpai-rerank")
+        self._closed = False
+
+    # -------------------------------------------------------------- public
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` ran (``/health`` answers 503 then)."""
+        return self._closed
+
+    async def score(self, pairs: list[Pair], lengths: list[int]) -> np.ndarray:
+        """Raw model scores for ``pairs`` in input order (``lengths``: padded token cost of each pair).
+
+        Raises:
+            QueueTimeoutError: the first batch did not start within ``queue_timeout_ms``.
+            InvalidInputError: the model could not featurize this request's input.
+            ScoringError: the forward pass failed for this request.
+            ServiceClosedError: the engine is shut down.
+        """
+        if self._closed:
+            raise ServiceClosedError("the rerank engine is shut down")
+        if not pairs:
+            return np.empty(0, dtype=np.float32)
+        job = self._enqueue(pairs, lengths)
+        timeout = self.settings.queue_timeout_ms / 1000
+        try:
+            await asyncio.wait_for(asyncio.shield(job.started), timeout=timeout)
+        except TimeoutError:
+            job.expired = True
+            self.metrics.queue_timeouts.inc()
+            raise QueueTimeoutError(
+                f"the request waited more than {self.settings.queue_timeout_ms} ms for the model "
+                f"(queue_timeout_ms, {LIMIT_SOURCE['queue_timeout_ms']}); retry later",
+                retry_after_s=max(1, math.ceil(timeout)),
+            ) from None
+        except asyncio.CancelledError:
+            job.expired = True  # the client went away: skip its pairs
+            raise
+        return await job.done
+
+    async def warmup(self) -> None:
+        """Score one tiny pair so lazy CUDA/oneDNN initialisation happens before the first request.
+
+        It bypasses the queue and the metrics: ``/metrics`` counts served traffic only.
+        """
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._executor, functools.partial(self.forward.run, [("warmup", "warmup")], requests=1, record=False))
+
+    async def close(self) -> None:
+        """Stop the collector and the worker thread; queued requests get :class:`ServiceClosedError`."""
+        self._closed = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        while self._queue:
+            job = self._queue.popleft()
+            for fut in (job.started, job.done):
+                if not fut.done():
+                    fut.set_exception(ServiceClosedError("the rerank engine shut down before this request ran"))
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+    # -------------------------------------------------------------- collector (event loop)
+
+    def _enqueue(self, pairs: list[Pair], lengths: list[int]) -> _Job:
+        self._ensure_started()
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        job = _Job(pairs, lengths, now, now + self.settings.queue_timeout_ms / 1000, loop.create_future(), loop.create_future())
+        self._queue.append(job)
+        self._queued_tokens += sum(lengths)
+        assert self._wakeup is not None and self._full is not None
+        self._wakeup.set()
+        if self._queued_tokens >= self.settings.max_batch_tokens:
+            self._full.set()
+        return job
+
+    def _ensure_started(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._task is not None and not self._task.done():
+            if loop is not self._loop:
+                raise RuntimeError("a BatchingEngine serves one event loop; create one app per loop")
+            return
+        self._loop = loop
+        self._wakeup = asyncio.Event()
+        self._full = asyncio.Event()
+        self._task = loop.create_task(self._collect(), name="jingpai-rerank-batcher")
+
+    async def _collect(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            jobs = await self._next_round(loop)
+            if jobs:
+                await self._serve_round(loop, jobs)
+
+    async def _next_round(self, loop: asyncio.AbstractEventLoop) -> list[_Job]:
+        """Wait for queued requests (and up to ``batch_wait_ms`` for more), then take a round of them."""
+        assert self._wakeup is not None and self._full is not None
+        await self._wakeup.wait()
+        if self.settings.batch_wait_ms > 0 and self._queued_tokens < self.settings.max_batch_tokens:
+            try:
+                await asyncio.wait_for(self._full.wait(), timeout=self.settings.batch_wait_ms / 1000)
+            except TimeoutError:
+                pass
+        jobs = self._take_round(loop.time())
+        if not self._queue:
+            self._wakeup.clear()
+        if self._queued_tokens < self.settings.max_batch_tokens:
+            self._full.clear()
+        return jobs
+
+    async def _serve_round(self, loop: asyncio.AbstractEventLoop, jobs: list[_Job]) -> None:
+        """Run ``jobs`` on the worker thread and answer each one's future."""
+        now = loop.time()
+        for job in jobs:
+            job.started.set_result(None)
+            self.metrics.queue_seconds.observe(now - job.enqueued)
+        try:
+            outcome = await loop.run_in_executor(self._executor, self._run_round, jobs)
+        except Exception as exc:  # the worker itself broke (not one batch): fail this round, keep serving
+            logger.exception("rerank round failed")
+            outcome = _RoundOutcome(errors={i: ScoringError(f"scoring failed: {type(exc).__name__}: {exc}") for i in range(len(jobs))})
+        for i, job in enumerate(jobs):
+            if job.done.done():
+                continue
+            if i in outcome.errors:
+                job.done.set_exception(outcome.errors[i])
+            else:
+                job.done.set_result(outcome.scores[i])
+
+    def _take_round(self, now: float) -> list[_Job]:
+        """Queued jobs (oldest first) until their pairs fill ``max_batch_tokens``; expired ones are dropped."""
+        jobs: list[_Job] = []
+        tokens = 0
+        while self._queue and (not jobs or tokens < self.settings.max_batch_tokens):
+            job = self._queue.popleft()
+            cost = sum(job.lengths)
+            self._queued_tokens -= cost
+            if job.expired or job.done.done() or now > job.deadline:
+                continue  # its handler answers 503 (or is gone)
+            jobs.append(job)
+            tokens += cost
+        return jobs
+
+    # -------------------------------------------------------------- worker thread
+
+    def plan(self, lengths: Sequence[int]) -> list[list[int]]:
+        """Indices of ``lengths`` grouped into batches: sorted by length, each ≤ ``max_batch_tokens`` padded."""
+        order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            # sorted ascending, so the newest pair is the longest: padded cost = count × its length
+            if current and (len(current) + 1) * lengths[i] > self.settings.max_batch_tokens:
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+        return batches
+
+    def _run_round(self, jobs: list[_Job]) -> _RoundOutcome:
+        items = [_Item(j, p, length) for j, job in enumerate(jobs) for p, length in enumerate(job.lengths)]
+        results = {j: np.empty(len(job.pairs), dtype=np.float32) for j, job in enumerate(jobs)}
+        outcome = _RoundOutcome()
+        # software pipeline: batch k+1 is tokenized on the CPU while the device still runs batch k (CUDA
+        # kernels launch asynchronously; only collecting the scores waits), so a GPU is not left idle
+        # between batches. On a CPU the forward pass is synchronous and this is plain sequential work.
+        pending: _Batch | None = None
+        for batch in [*self.plan([it.length for it in items]), None]:
+            launched = None if batch is None else self._launch(jobs, [items[i] for i in batch], outcome)
+            if pending is not None:
+                self._settle(jobs, results, outcome, pending)
+            pending = launched
+        outcome.scores = {j: r for j, r in results.items() if j not in outcome.errors}
+        return outcome
+
+    def _launch(self, jobs: list[_Job], items: list[_Item], outcome: _RoundOutcome) -> _Batch | None:
+        """Start the forward pass of ``items`` (leaving out jobs that already failed); ``None``: nothing left."""
+        members = [it for it in items if it.job not in outcome.errors]
+        if not members:
+            return None
+        job_ids = sorted({it.job for it in members})
+        pairs = [jobs[it.job].pairs[it.pos] for it in members]
+        try:
+            return _Batch(members, job_ids, self.forward.launch(pairs, requests=len(job_ids)))
+        except ServiceError as exc:
+            return _Batch(members, job_ids, exc)
+
+    def _settle(self, jobs: list[_Job], results: dict[int, np.ndarray], outcome: _RoundOutcome, batch: _Batch) -> None:
+        """Collect one launched batch into ``results``; a failed merged batch is re-run request by request."""
+        try:
+            if isinstance(batch.launched, ServiceError):
+                raise batch.launched
+            scores = self.forward.collect(batch.launched)
+        except ServiceError as exc:
+            if len(batch.job_ids) == 1:
+                outcome.errors[batch.job_ids[0]] = exc
+                return
+            # a merged batch failed: re-run each request alone so only the one at fault fails
+            logger.warning("a batch of %d requests failed (%s); re-running them one by one", len(batch.job_ids), exc)
+            self._rerun_alone(jobs, results, outcome, batch)
+            return
+        for it, s in zip(batch.members, scores, strict=True):
+            results[it.job][it.pos] = s
+
+    def _rerun_alone(self, jobs: list[_Job], results: dict[int, np.ndarray], outcome: _RoundOutcome, batch: _Batch) -> None:
+        for j in batch.job_ids:
+            if j in outcome.errors:
+                continue
+            mine = [it for it in batch.members if it.job == j]
+            try:
+                own = self.forward.run([jobs[j].pairs[it.pos] for it in mine], requests=1)
+            except ServiceError as exc:
+                outcome.errors[j] = exc
+                continue
+            for it, s in zip(mine, own, strict=True):
+                results[j][it.pos] = s
+
+
+__all__ = ["BatchingEngine"]

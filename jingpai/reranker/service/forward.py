@@ -1,0 +1,130 @@
+"""One batch through the model (:class:`ForwardPass`): featurize, forward pass, scores, batch metrics.
+
+The batching engine's worker thread calls it. :meth:`ForwardPass.launch` returns as soon as the forward
+pass is queued on the device (on a GPU the kernels run asynchronously), :meth:`ForwardPass.collect`
+waits for its scores: the engine tokenizes the next batch in between.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from jingpai.reranker.base import Pair, Reranker
+from jingpai.reranker.service.errors import InvalidInputError, ScoringError
+from jingpai.reranker.service.metrics import ServiceMetrics
+from jingpai.reranker.service.settings import ComputeDType
+
+logger = logging.getLogger(__name__)
+
+#: the torch dtype each compute dtype runs in (``None``: the weights' own fp32; int8 quantizes instead)
+DTYPES: dict[str, torch.dtype | None] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None, "int8": None}
+
+
+@dataclass(frozen=True)
+class Launched:
+    """A batch whose forward pass was started: its (possibly not yet computed) scores and bookkeeping."""
+
+    scores: torch.Tensor
+    pairs: int
+    requests: int
+    tokens: int
+    started: float
+    record: bool
+
+
+class ForwardPass:
+    """Runs batches of pairs through ``model`` in ``dtype`` and records them in ``metrics``.
+
+    Args:
+        model: the service's model (already on its device; on a GPU already cast to ``dtype``).
+        metrics: where batch sizes, timings and failures are counted.
+        dtype: ``bf16``/``fp16`` run under autocast on a CPU (inputs cast on a GPU); ``fp32``/``int8`` as is.
+    """
+
+    def __init__(self, model: Reranker, metrics: ServiceMetrics, *, dtype: ComputeDType) -> None:
+        self.model = model
+        self.metrics = metrics
+        self.autocast_dtype = DTYPES[dtype]
+        # on a GPU the weights themselves are cast once (see model_copy.serving_model): no per-batch cast
+        # kernels, which dominate a launch-bound forward pass of short pairs
+        self.cast_inputs = model.device.type == "cuda" and self.autocast_dtype is not None
+
+    def run(self, pairs: list[Pair], *, requests: int, record: bool = True) -> np.ndarray:
+        """Scores of ``pairs``, computed now (featurize, forward, wait for the result)."""
+        return self.collect(self.launch(pairs, requests=requests, record=record))
+
+    def launch(self, pairs: list[Pair], *, requests: int, record: bool = True) -> Launched:
+        """Featurize ``pairs`` and start their forward pass; on a GPU this returns before it finishes.
+
+        Raises:
+            InvalidInputError: the model could not featurize the pairs.
+            ScoringError: the forward pass raised.
+        """
+        t0 = time.perf_counter()
+        try:
+            features = self.model.featurize(pairs)
+        except Exception as exc:
+            self.metrics.failed_batches.inc()
+            logger.warning("featurize failed for %d pairs: %s: %s", len(pairs), type(exc).__name__, exc)
+            raise InvalidInputError(f"the model could not read this request's input: {type(exc).__name__}: {exc}") from exc
+        try:
+            scores = self._forward(features)
+        except Exception as exc:
+            self.metrics.failed_batches.inc()
+            logger.warning("forward pass failed for %d pairs: %s: %s", len(pairs), type(exc).__name__, exc)
+            raise ScoringError(f"scoring failed: {type(exc).__name__}: {exc}") from exc
+        ids = features.get("input_ids")
+        tokens = int(ids.numel()) if isinstance(ids, torch.Tensor) else 0
+        return Launched(scores, len(pairs), requests, tokens, t0, record)
+
+    def _forward(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
+        model = self.model
+        with torch.inference_mode():
+            batch = model.to_device(features)
+            if self.cast_inputs:
+                batch = {k: v.to(self.autocast_dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in batch.items()}
+                scores = model.scores(batch)
+            else:
+                enabled = self.autocast_dtype is not None
+                with torch.autocast(model.device.type, dtype=self.autocast_dtype or torch.bfloat16, enabled=enabled):
+                    scores = model.scores(batch)
+            return scores.float()
+
+    def collect(self, launched: Launched) -> np.ndarray:
+        """Wait for a launched forward pass and return its scores (recording the batch's metrics).
+
+        Raises:
+            ScoringError: the device failed the batch, or the model returned scores of the wrong shape.
+        """
+        try:
+            with torch.inference_mode():
+                out = launched.scores.cpu().numpy()
+        except Exception as exc:  # asynchronous device errors surface here
+            self.metrics.failed_batches.inc()
+            logger.warning("forward pass failed for %d pairs: %s: %s", launched.pairs, type(exc).__name__, exc)
+            raise ScoringError(f"scoring failed: {type(exc).__name__}: {exc}") from exc
+        if out.shape != (launched.pairs,):
+            self.metrics.failed_batches.inc()
+            raise ScoringError(f"model {self.model.name} returned scores of shape {tuple(out.shape)} for {launched.pairs} pairs")
+        if launched.record:
+            self._record(launched)
+        return out
+
+    def _record(self, launched: Launched) -> None:
+        m = self.metrics
+        m.batches.inc()
+        m.pairs.inc(launched.pairs)
+        m.batch_pairs.observe(launched.pairs)
+        m.batch_requests.observe(launched.requests)
+        if launched.tokens:
+            m.batch_tokens.observe(launched.tokens)
+        # on a GPU this includes the time the batch waited behind the previous one on the device
+        m.inference_seconds.observe(time.perf_counter() - launched.started)
+
+
+__all__ = ["DTYPES", "ForwardPass", "Launched"]

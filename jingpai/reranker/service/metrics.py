@@ -1,0 +1,32 @@
+"""The rerank service's Prometheus metrics (:class:`ServiceMetrics`), one registry per app."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+
+class ServiceMetrics:
+    """Prometheus metrics of one app (own registry, so several apps can live in one process)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter("jingpai_rerank_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
+        self.request_seconds = Histogram("jingpai_rerank_request_seconds", "HTTP request latency", ["route"], registry=r)
+        self.pairs = Counter("jingpai_rerank_pairs", "(query, document) pairs scored, chunks included", registry=r)
+        self.batches = Counter("jingpai_rerank_batches", "forward passes run", registry=r)
+        self.failed_batches = Counter("jingpai_rerank_failed_batches", "forward passes that raised", registry=r)
+        self.queue_timeouts = Counter("jingpai_rerank_queue_timeouts", "requests answered 503 after waiting too long", registry=r)
+        buckets_n = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+        self.batch_pairs = Histogram("jingpai_rerank_batch_pairs", "pairs per forward pass", buckets=buckets_n, registry=r)
+        self.batch_requests = Histogram("jingpai_rerank_batch_requests", "requests merged into one forward pass", buckets=buckets_n, registry=r)
+        self.batch_tokens = Histogram(
+            "jingpai_rerank_batch_tokens", "padded tokens per forward pass",
+            buckets=(64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072), registry=r,
+        )
+        self.queue_seconds = Histogram("jingpai_rerank_queue_seconds", "time from arrival to the first batch", registry=r)
+        self.inference_seconds = Histogram("jingpai_rerank_inference_seconds", "featurize + forward time per batch", registry=r)
+
+
+
+__all__ = ["ServiceMetrics"]

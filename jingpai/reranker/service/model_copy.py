@@ -1,0 +1,93 @@
+"""The service's own copy of the model, made ready to serve; the caller's model is never changed.
+
+:func:`serving_model` deep-copies the loaded reranker, then changes only the copy: ``max_length`` from
+the settings replaces its config's, it goes into eval mode, and its weights are cast (bf16/fp16 on a
+GPU) or its linear layers quantized (``int8``). A caller that hands its model over to the service
+(``jingpai serve`` loads one for the service alone) passes ``copy=False`` and saves a second copy's
+memory.
+
+Example:
+    >>> own, dtype = serving_model(model, ServiceSettings(dtype="int8"))        # doctest: +SKIP
+    >>> own is model, own.net is model.net, dtype                              # doctest: +SKIP
+    (False, False, 'int8')
+"""
+
+from __future__ import annotations
+
+import copy as copying
+import dataclasses
+import logging
+import warnings
+
+import torch
+
+from jingpai.reranker.base import Reranker
+from jingpai.reranker.service.errors import ServiceSettingsError
+from jingpai.reranker.service.forward import DTYPES
+from jingpai.reranker.service.settings import ComputeDType, ServiceSettings, resolve_dtype
+
+logger = logging.getLogger(__name__)
+
+
+def check_max_length(model: Reranker, settings: ServiceSettings) -> None:
+    """Refuse a ``settings.max_length`` beyond the model's position embeddings.
+
+    Raises:
+        ServiceSettingsError: naming both numbers.
+    """
+    if settings.max_length is None or settings.max_length == model.config.max_length:
+        return
+    positions = getattr(getattr(model.net, "config", None), "max_position_embeddings", None)
+    if isinstance(positions, int) and settings.max_length > positions:
+        raise ServiceSettingsError(f"max_length={settings.max_length} exceeds the model's max_position_embeddings={positions}")
+
+
+def quantize_int8(net: torch.nn.Module) -> torch.nn.Module:
+    """``net`` with its ``nn.Linear`` layers swapped, in place, for int8 ones (weights per tensor,
+    activations scaled per batch); pass a net the caller owns.
+
+    Raises:
+        ServiceSettingsError: this torch build has no quantized CPU engine.
+    """
+    engines = [e for e in torch.backends.quantized.supported_engines if e != "none"]
+    if not engines:
+        raise ServiceSettingsError("dtype='int8' needs a quantized CPU engine (fbgemm/x86/onednn/qnnpack); this torch build has none")
+    linears = sum(isinstance(m, torch.nn.Linear) for m in net.modules())
+    logger.info("quantizing %d linear layers to int8 (dynamic activations, engine %s)", linears, torch.backends.quantized.engine)
+    with warnings.catch_warnings():
+        # torch marks its quantized tensor types as deprecated; they are still the fastest int8 path on CPUs
+        # without AMX/VNNI, and this is the one place that uses them
+        warnings.simplefilter("ignore", UserWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return torch.ao.quantization.quantize_dynamic(net, {torch.nn.Linear}, dtype=torch.qint8, inplace=True).eval()
+
+
+def serving_model(model: Reranker, settings: ServiceSettings, *, copy: bool = True) -> tuple[Reranker, ComputeDType]:
+    """The model the service runs, and its resolved compute dtype.
+
+    Args:
+        model: a loaded reranker, already on its device.
+        settings: the service's settings (``max_length``, ``dtype``).
+        copy: ``False``: change ``model`` itself (the caller hands it over and will not use it again).
+
+    Raises:
+        ServiceSettingsError: ``max_length`` beyond the model's positions, or a dtype this device or
+            torch build cannot run.
+    """
+    check_max_length(model, settings)
+    dtype = resolve_dtype(settings.dtype, model.device)
+    own = copying.deepcopy(model) if copy else model
+    if settings.max_length is not None and settings.max_length != own.config.max_length:
+        logger.info("max_length %d replaces the model's saved %d", settings.max_length, own.config.max_length)
+        own.config = dataclasses.replace(own.config, max_length=settings.max_length)
+    own.net.eval()  # a freshly loaded net may still be in training mode (dropout on)
+    if own.device.type == "cuda" and dtype != "fp32":
+        # on a GPU the weights are cast once: no per-batch cast kernels under autocast
+        logger.info("casting the model's weights to %s on %s", dtype, own.device)
+        own.net.to(DTYPES[dtype])
+    if dtype == "int8":
+        own.net = quantize_int8(own.net)
+    return own, dtype
+
+
+__all__ = ["check_max_length", "quantize_int8", "serving_model"]

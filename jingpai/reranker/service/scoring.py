@@ -1,0 +1,190 @@
+"""Request-level scoring shared by every API shape (:class:`RerankService`).
+
+It applies the per-request limits, cuts or chunks long documents to ``max_length`` tokens, feeds the
+pairs to the :class:`~jingpai.reranker.service.batching.BatchingEngine` and scales scores to [0, 1].
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from jingpai.reranker.base import Pair, Reranker
+from jingpai.reranker.service.batching import BatchingEngine
+from jingpai.reranker.service.errors import InvalidInputError, PayloadTooLargeError
+from jingpai.reranker.service.measuring import TextMeasure
+from jingpai.reranker.service.metrics import ServiceMetrics
+from jingpai.reranker.service.model_copy import serving_model
+from jingpai.reranker.service.settings import LIMIT_SOURCE, ServiceSettings
+
+logger = logging.getLogger(__name__)
+
+
+class RerankService:
+    """Request-level logic shared by every API shape: limits, truncation/chunking, score scaling.
+
+    Args:
+        model: a loaded reranker, already on its device; the service works on a copy of it.
+        settings: service settings.
+        metrics: the app's metrics.
+        copy_model: ``False``: change ``model`` itself instead of a copy (the caller hands it over).
+
+    Raises:
+        ServiceSettingsError: settings this model or device cannot honour (see :func:`serving_model`).
+
+    Example:
+        >>> service = RerankService(model, ServiceSettings(), ServiceMetrics())           # doctest: +SKIP
+        >>> await service.score("中国GDP", ["影响中国GDP的因素", "天气"], field="texts")   # doctest: +SKIP
+        array([ 0.41, -1.2], dtype=float32)
+    """
+
+    def __init__(self, model: Reranker, settings: ServiceSettings, metrics: ServiceMetrics, *, copy_model: bool = True) -> None:
+        # the service changes its model (config, eval mode, dtype): its own copy, unless handed over
+        self.model, self.dtype = serving_model(model, settings, copy=copy_model)
+        self.settings = settings
+        self.metrics = metrics
+        self.max_length = int(settings.max_length or self.model.config.max_length)
+        self.measure = TextMeasure(self.model)
+        self.engine = BatchingEngine(self.model, settings, metrics, dtype=self.dtype)
+        # token counting/chunking runs off the event loop on one thread of its own (TextMeasure is not
+        # thread-safe), in parallel with the model's worker thread
+        self._prep = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jingpai-rerank-prep")
+
+    @property
+    def model_name(self) -> str:
+        """The served name (``settings.model_name``, else the architecture)."""
+        return self.settings.model_name or self.model.name
+
+    def normalize(self, raw: np.ndarray) -> np.ndarray:
+        """Scores in [0, 1]: sigmoid of a one-logit head; probability-like scores pass through."""
+        if self.model.num_labels == 1:
+            return (1.0 / (1.0 + np.exp(-raw.astype(np.float64)))).astype(np.float32)
+        return raw
+
+    def check(self, query: str, documents: Sequence[str], *, query_field: str, docs_field: str) -> None:
+        """Apply the per-request limits.
+
+        Raises:
+            PayloadTooLargeError: more than ``max_docs`` documents.
+            InvalidInputError: empty document list, or a query over ``max_query_chars``.
+        """
+        s = self.settings
+        if len(documents) > s.max_docs:
+            raise PayloadTooLargeError(
+                f"{docs_field} holds {len(documents)} documents; the limit is max_docs={s.max_docs} ({LIMIT_SOURCE['max_docs']})"
+            )
+        if not documents:
+            raise InvalidInputError(f"{docs_field} must hold at least one document")
+        if len(query) > s.max_query_chars:
+            raise InvalidInputError(
+                f"{query_field} is {len(query)} characters long; the limit is max_query_chars={s.max_query_chars} "
+                f"({LIMIT_SOURCE['max_query_chars']})"
+            )
+
+    def _prepare(
+        self, query: str, documents: Sequence[str], *, truncate: bool, chunks: int, doc_tokens: int | None, docs_field: str
+    ) -> tuple[list[Pair], list[int], list[int]]:
+        """Pairs to score, their padded lengths, and the document each pair belongs to."""
+        m = self.measure
+        budget = self.max_length - m.pair_overhead
+        q_len = m.lengths([query])[0]  # whole (the query is at most max_query_chars long)
+        # room for a document next to the query (longest-first truncation never cuts the query below
+        # half the budget, so neither does chunking)
+        room = max(budget - min(q_len, budget // 2), 1)
+        stride = max(room - room // 8, 1)
+        # a cut document must stay longer than the query whenever the whole one was: longest-first truncation
+        # gives the odd token to the longer side, so otherwise the pair would differ from the uncut one
+        doc_cap = max(self.max_length, q_len + 1) if doc_tokens is None else min(doc_tokens, self.max_length)
+        if chunks > 1:
+            doc_cap = max(doc_cap, room + stride * (chunks - 1))
+        if doc_tokens is not None:
+            doc_cap = min(doc_cap, doc_tokens)
+        pairs: list[Pair] = []
+        lengths: list[int] = []
+        owner: list[int] = []
+        # chunking needs every token's span; plain truncation only needs where the kept tokens end
+        measured = m.spans(documents, cap=doc_cap) if chunks > 1 else [(None, *cut) for cut in m.cuts(documents, cap=doc_cap)]
+        for i, (doc, measure) in enumerate(zip(documents, measured, strict=True)):
+            if chunks > 1:
+                spans, more = measure
+                n_tokens, end = len(spans), (spans[-1][1] if spans else 0)
+            else:
+                spans, n_tokens, end, more = measure
+            d_len = n_tokens + more
+            if more:
+                # the model would cut the tail anyway (the first max_length tokens decide the truncated
+                # pair); cutting here saves tokenizing it again
+                doc = doc[:end]
+                if doc_tokens is not None and n_tokens == doc_tokens:
+                    d_len = doc_tokens
+            if not truncate and q_len + d_len > budget:
+                size = f"more than {self.max_length}" if more and doc_tokens is None else str(q_len + d_len + m.pair_overhead)
+                raise PayloadTooLargeError(
+                    f"{docs_field}[{i}] is {size} tokens together with the query; the limit is max_length={self.max_length} "
+                    f"({LIMIT_SOURCE['max_length']}); send truncate=true to cut it"
+                )
+            if chunks > 1 and d_len > room:
+                for part in m.windows(doc, spans, size=room, stride=stride, limit=chunks):
+                    pairs.append((query, part))
+                    lengths.append(min(q_len + room, budget) + m.pair_overhead)
+                    owner.append(i)
+                continue
+            pairs.append((query, doc))
+            lengths.append(min(q_len + d_len, budget) + m.pair_overhead)
+            owner.append(i)
+        return pairs, lengths, owner
+
+    async def score(
+        self,
+        query: str,
+        documents: Sequence[str],
+        *,
+        truncate: bool = True,
+        max_chunks: int | None = None,
+        doc_tokens: int | None = None,
+        query_field: str = "query",
+        docs_field: str = "documents",
+    ) -> np.ndarray:
+        """Raw scores of ``documents`` against ``query``, in input order.
+
+        Args:
+            query, documents: the request.
+            truncate: ``False`` rejects pairs longer than ``max_length`` (413) instead of cutting them.
+            max_chunks: chunks per long document (``None``: the service's ``long_docs`` setting; capped by
+                ``max_chunks_per_doc``).
+            doc_tokens: cut each document to this many tokens first (Cohere v2 ``max_tokens_per_doc``).
+            query_field, docs_field: field names used in error messages.
+        """
+        self.check(query, documents, query_field=query_field, docs_field=docs_field)
+        if max_chunks is None:
+            max_chunks = self.settings.max_chunks_per_doc if self.settings.long_docs == "max-chunks" else 1
+        max_chunks = max(1, min(max_chunks, self.settings.max_chunks_per_doc))
+        # tokenizing a large request takes a while: keep it off the event loop
+        prepare = functools.partial(
+            self._prepare, query, documents, truncate=truncate, chunks=max_chunks, doc_tokens=doc_tokens, docs_field=docs_field
+        )
+        pairs, lengths, owner = await asyncio.get_running_loop().run_in_executor(self._prep, prepare)
+        raw = await self.engine.score(pairs, lengths)
+        if len(pairs) == len(documents):
+            return raw
+        best = np.full(len(documents), -np.inf, dtype=np.float32)
+        np.maximum.at(best, np.asarray(owner), raw)
+        return best
+
+    async def start(self) -> None:
+        """Warm the model up (unless ``settings.warmup`` is off)."""
+        if self.settings.warmup:
+            await self.engine.warmup()
+
+    async def close(self) -> None:
+        """Stop the batching engine and the preparation thread."""
+        await self.engine.close()
+        self._prep.shutdown(wait=False, cancel_futures=True)
+
+
+__all__ = ["RerankService"]
