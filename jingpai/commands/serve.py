@@ -20,9 +20,10 @@ logger = logging.getLogger(__name__)
 
 COMPONENT = "serve"
 
-#: how ServiceSettings' fields look on the command line, in --help order (``model_dir`` is --model and
-#: ``warmup`` is --no-warmup: both hand-written below)
+#: how ServiceSettings' fields look on the command line, in --help order
 SPEC: dict[str, Opt] = {
+    "model_dir": Opt(flag="--model", required=True, show_envvar=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+                     help="Saved model directory (from `jingpai train` / Reranker.save)."),
     "model_name": Opt(show_envvar=True, help="Name reported by /info and Cohere/Jina responses (default: the directory name)."),
     "device": Opt(show_envvar=True, help="auto: CUDA when available."),
     "dtype": Opt(show_envvar=True,
@@ -39,6 +40,7 @@ SPEC: dict[str, Opt] = {
     "long_docs": Opt(show_envvar=True, help="Documents over --max-length: truncate, or score the best of overlapping chunks."),
     "max_chunks_per_doc": Opt(show_envvar=True, type=click.IntRange(min=1), help="Chunks scored per document with --long-docs max-chunks."),
     "threads": Opt(show_envvar=True, type=click.IntRange(min=1), help="torch CPU threads (default: torch's choice)."),
+    "warmup": Opt(flag="--no-warmup", negate=True, show_envvar=True, help="Skip the start-up warm-up batch."),
     "expose_model_dir": Opt(show_envvar=True, help="Report the model directory's path in /info (off: the path stays private)."),
 }
 
@@ -47,32 +49,16 @@ def _spec_options(*names: str):  # noqa: ANN202 - a click decorator
     return settings_options(COMPONENT, ServiceSettings, {name: SPEC[name] for name in names})
 
 
-def _plain_envvars(command: click.Command) -> click.Command:
-    """Each option's environment variable as one plain name (``options`` passes a list, which would also
-    hold older aliases; serve has none): docker/'s tests and the docs read one name per option."""
-    for param in command.params:
-        if isinstance(param.envvar, (list, tuple)) and len(param.envvar) == 1:
-            param.envvar = param.envvar[0]
-    return command
-
-
-@_plain_envvars
 @click.command(cls=JingpaiCommand)
-# hand-written: a generated required option gets an explicit default of None, which click takes as given
-@click.option("--model", "model_dir", required=True, envvar=env_name(COMPONENT, "--model"), show_envvar=True,
-              type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Saved model directory (from `jingpai train` / Reranker.save).")
-@_spec_options("model_name")
+@_spec_options("model_dir", "model_name")
 @click.option("--host", default="127.0.0.1", show_default=True, envvar=env_name(COMPONENT, "--host"), show_envvar=True, help="Bind address.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8081, show_default=True, envvar=env_name(COMPONENT, "--port"), show_envvar=True)
 @_spec_options("device", "dtype", "max_batch_tokens", "max_length", "max_docs", "max_body_bytes", "max_query_chars", "queue_timeout_ms",
                "batch_wait_ms", "long_docs", "max_chunks_per_doc", "threads")
-# hand-written: a generated negated flag would read JINGPAI_SERVE_NO_WARMUP=1 as warmup on
-@click.option("--no-warmup", is_flag=True, envvar=env_name(COMPONENT, "--no-warmup"), show_envvar=True, help="Skip the start-up warm-up batch.")
-@_spec_options("expose_model_dir")
+@_spec_options("warmup", "expose_model_dir")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True, envvar=env_name(COMPONENT, "--log-level"), show_envvar=True, help="uvicorn log level.")
-def serve(model_dir: Path, host: str, port: int, no_warmup: bool, log_level: str, **values) -> None:
+def serve(host: str, port: int, log_level: str, **values) -> None:
     """Serve a saved reranking model: TEI /rerank, Cohere/Jina /v1|/v2/rerank, OpenSearch
     /opensearch/text_similarity, plus /health, /info, /metrics and /docs."""
     import torch
@@ -82,8 +68,8 @@ def serve(model_dir: Path, host: str, port: int, no_warmup: bool, log_level: str
     from jingpai.reranker.registry import UnknownArchitectureError
     from jingpai.reranker.service import create_app, resolve_device
 
-    name = values.pop("model_name") or model_dir.resolve().name
-    settings = settings_from(ServiceSettings, values, SPEC, model_dir=model_dir, model_name=name, warmup=not no_warmup)
+    model_dir: Path = values["model_dir"]
+    settings = settings_from(ServiceSettings, values, SPEC, model_name=values["model_name"] or model_dir.resolve().name)
     if settings.threads is not None:
         torch.set_num_threads(settings.threads)
     try:
