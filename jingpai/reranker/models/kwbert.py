@@ -53,7 +53,7 @@ class KwBertConfig(RerankerConfig):
         base: local HF BERT-architecture checkpoint folder.
         dictionary: folder of a saved :class:`~jingpai.keyword_dict.Dictionary` (read at creation;
             a saved model carries its own copy).
-        top_k_keywords: keywords taken per side (``extract_keywords(top_k=…)``).
+        top_k_keywords: keywords taken per side (``KeywordExtractor(top_k=…)``).
         max_label: top label value; graded labels become soft targets ``label / max_label``.
         dropout: dropout before the classifier.
     """
