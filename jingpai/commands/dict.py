@@ -1,4 +1,10 @@
-"""``jingpai dict build|show|diff``."""
+"""``jingpai dict build|show|diff``.
+
+The build's thresholds are generated from :class:`~jingpai.keyword_dict.build.BuildSettings`,
+:class:`~jingpai.keyword_dict.discovery.DiscoverySettings` and
+:class:`~jingpai.keyword_dict.corpus.LabelledSpec` (defaults live there); jingpai's errors (unreadable
+corpus, bad dictionary) end as one ``Error: …`` line through :class:`~jingpai.commands.base.JingpaiGroup`.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,12 @@ import logging
 from pathlib import Path
 
 import click
+
+from jingpai.commands.base import JingpaiGroup
+from jingpai.commands.options import Opt, settings_from, settings_options
+from jingpai.keyword_dict.build import BuildSettings
+from jingpai.keyword_dict.corpus import LabelledSpec, read_documents, read_labelled
+from jingpai.keyword_dict.discovery import DiscoverySettings
 
 logger = logging.getLogger(__name__)
 
@@ -17,80 +29,90 @@ def _parse_domain(value: str) -> tuple[str, Path]:
     return name.strip(), Path(path.strip())
 
 
-@click.group(name="dict")
+@click.group(name="dict", cls=JingpaiGroup)
 def dict_group() -> None:
     """Build, show and compare domain keyword dictionaries."""
+
+
+#: how the settings dataclasses' fields look on `jingpai dict build` (env ``JINGPAI_DICT_BUILD_*``)
+LABELLED_OPTIONS: dict[str, Opt] = {
+    "label_column": Opt(type=click.IntRange(min=0), help="0-based label column of --labelled files."),
+    "text_column": Opt(type=click.IntRange(min=0), help="0-based text column of --labelled files."),
+    "label_names": Opt(type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                       help="File naming label ids 0,1,… one per line (e.g. THUCNews classes.txt)."),
+}
+DISCOVERY_OPTIONS: dict[str, Opt] = {
+    "min_n": Opt(type=click.IntRange(min=1), help="Shortest new word, in characters (a Latin/digit run counts as one)."),
+    "max_n": Opt(type=click.IntRange(min=1), help="Longest new word."),
+    "min_count": Opt(type=click.IntRange(min=1), help="Minimum n-gram occurrences in the domain."),
+    "min_pmi": Opt(help="Minimum PMI of the weakest split."),
+    "min_entropy": Opt(help="Minimum left and right neighbour entropy."),
+}
+BUILD_OPTIONS: dict[str, Opt] = {
+    "known_words": Opt(flag="--known-words/--no-known-words", help="Also score the segmenter's own words."),
+    "smoothing": Opt(type=click.FloatRange(min=0, min_open=True), help="λ in diff-idf."),
+    "min_score": Opt(help="diff-idf threshold."),
+    "min_df": Opt(type=click.IntRange(min=1), help="Minimum documents in the domain containing the word."),
+    "top_n": Opt(type=click.IntRange(min=1), help="Words kept per domain."),
+}
 
 
 @dict_group.command()
 @click.option("--domain", "domain_specs", multiple=True, metavar="NAME=PATH", help="A domain corpus (JSONL or one document per line); repeatable.")
 @click.option("--labelled", "labelled", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="TSV file whose rows carry a domain label; repeatable.")
-@click.option("--label-column", type=click.IntRange(min=0), default=0, show_default=True, help="0-based label column of --labelled files.")
-@click.option("--text-column", type=click.IntRange(min=0), default=1, show_default=True, help="0-based text column of --labelled files.")
-@click.option("--label-names", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, help="File naming label ids 0,1,… one per line (e.g. THUCNews classes.txt).")
+@settings_options("dict_build", LabelledSpec, LABELLED_OPTIONS)
 @click.option("--encoding", default="utf-8", show_default=True, help="Encoding of every corpus file (e.g. gb18030 for GBK text).")
 @click.option("--text-field", "text_fields", default="text", show_default=True, help="JSONL text field(s), comma-separated.")
 @click.option("--background", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, help="Anti-domain corpus (default: the other domains).")
-@click.option("--min-n", type=click.IntRange(min=1), default=2, show_default=True, help="Shortest new word, in characters (a Latin/digit run counts as one).")
-@click.option("--max-n", type=click.IntRange(min=1), default=6, show_default=True, help="Longest new word.")
-@click.option("--min-count", type=click.IntRange(min=1), default=5, show_default=True, help="Minimum n-gram occurrences in the domain.")
-@click.option("--min-pmi", type=float, default=3.0, show_default=True, help="Minimum PMI of the weakest split.")
-@click.option("--min-entropy", type=float, default=1.0, show_default=True, help="Minimum left and right neighbour entropy.")
-@click.option("--known-words/--no-known-words", default=True, show_default=True, help="Also score the segmenter's own words.")
-@click.option("--smoothing", "smoothing", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True, help="λ in diff-idf.")
-@click.option("--min-score", type=float, default=0.5, show_default=True, help="diff-idf threshold.")
-@click.option("--min-df", type=click.IntRange(min=1), default=2, show_default=True, help="Minimum documents in the domain containing the word.")
-@click.option("--top-n", type=click.IntRange(min=1), default=5000, show_default=True, help="Words kept per domain.")
+@settings_options("dict_build", DiscoverySettings, DISCOVERY_OPTIONS)
+@settings_options("dict_build", BuildSettings, BUILD_OPTIONS)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Dictionary directory to write.")
-def build(domain_specs, labelled, label_column, text_column, label_names, encoding, text_fields, background, min_n, max_n, min_count,
-          min_pmi, min_entropy, known_words, smoothing, min_score, min_df, top_n, out_dir) -> None:
+def build(domain_specs, labelled, encoding, text_fields, background, out_dir, **values) -> None:
     """Build a dictionary from domain corpora and write it to --out."""
-    from jingpai.keyword_dict import BuildError, BuildSettings, DiscoverySettings, build_dictionary
-    from jingpai.keyword_dict.corpus import CorpusReadError, LabelledSpec, read_documents, read_labelled
+    from jingpai.keyword_dict import BuildError, build_dictionary
 
     fields = tuple(f.strip() for f in text_fields.split(",") if f.strip())
     try:
-        settings = BuildSettings(
-            discovery=DiscoverySettings(min_n=min_n, max_n=max_n, min_count=min_count, min_pmi=min_pmi, min_entropy=min_entropy),
-            known_words=known_words,
-            smoothing=smoothing,
-            min_score=min_score,
-            min_df=min_df,
-            top_n=top_n,
-        )
-        domains: dict[str, list[str]] = {}
-        sources: dict[str, list[Path]] = {}  # where each domain's documents came from, for error messages
-        for spec in domain_specs:
-            name, path = _parse_domain(spec)
-            domains.setdefault(name, []).extend(read_documents(path, text_fields=fields, encoding=encoding))
-            sources.setdefault(name, []).append(path)
-        for path in labelled:
-            for name, docs in read_labelled(path, LabelledSpec(label_column, text_column, label_names), encoding=encoding).items():
-                domains.setdefault(name, []).extend(docs)
-                sources.setdefault(name, []).append(path)
-        if not domains:
-            raise click.UsageError("give domain corpora with --domain NAME=PATH and/or --labelled FILE")
+        settings = settings_from(BuildSettings, values, BUILD_OPTIONS, discovery=settings_from(DiscoverySettings, values, DISCOVERY_OPTIONS))
+        spec = settings_from(LabelledSpec, values, LABELLED_OPTIONS)
+        domains, sources = _read_domains(domain_specs, labelled, spec, fields=fields, encoding=encoding)
         bg = list(read_documents(background, text_fields=fields, encoding=encoding)) if background else None
-        click.echo(f"building from {len(domains)} domains ({sum(map(len, domains.values()))} documents) …", err=True)
-        try:
-            dictionary = build_dictionary(domains, background=bg, settings=settings)
-        except BuildError as exc:
-            origin = "; ".join(f"domain {d!r} was read from {', '.join(map(str, sources[d]))}" for d in exc.domains[:5] if d in sources)
-            raise click.ClickException(f"{exc} ({origin})" if origin else str(exc)) from exc
-    except (ValueError, CorpusReadError) as exc:
+    except ValueError as exc:  # settings checks and an unusable --encoding (corpus errors are JingpaiErrors)
         raise click.ClickException(str(exc)) from exc
+    click.echo(f"building from {len(domains)} domains ({sum(map(len, domains.values()))} documents) …", err=True)
+    try:
+        dictionary = build_dictionary(domains, background=bg, settings=settings)
+    except BuildError as exc:
+        origin = "; ".join(f"domain {d!r} was read from {', '.join(map(str, sources[d]))}" for d in exc.domains[:5] if d in sources)
+        raise click.ClickException(f"{exc} ({origin})" if origin else str(exc)) from exc
     dictionary.save(out_dir)
     per = ", ".join(f"{d} {len(dictionary.domain_words(d))}" for d in dictionary.domain_names())
     click.echo(f"dictionary {dictionary.version}: {len(dictionary)} words ({per}) → {out_dir}")
 
 
-def _load(path: Path):
-    from jingpai.keyword_dict import Dictionary, DictionaryError
+def _read_domains(
+    domain_specs: tuple[str, ...], labelled: tuple[Path, ...], spec: LabelledSpec, *, fields: tuple[str, ...], encoding: str,
+) -> tuple[dict[str, list[str]], dict[str, list[Path]]]:
+    """``({domain: documents}, {domain: files it was read from})`` of --domain and --labelled."""
+    domains: dict[str, list[str]] = {}
+    sources: dict[str, list[Path]] = {}  # where each domain's documents came from, for error messages
+    for value in domain_specs:
+        name, path = _parse_domain(value)
+        domains.setdefault(name, []).extend(read_documents(path, text_fields=fields, encoding=encoding))
+        sources.setdefault(name, []).append(path)
+    for path in labelled:
+        for name, docs in read_labelled(path, spec, encoding=encoding).items():
+            domains.setdefault(name, []).extend(docs)
+            sources.setdefault(name, []).append(path)
+    if not domains:
+        raise click.UsageError("give domain corpora with --domain NAME=PATH and/or --labelled FILE")
+    return domains, sources
 
-    try:
-        return Dictionary.load(path)
-    except DictionaryError as exc:
-        raise click.ClickException(str(exc)) from exc
+
+def _load(path: Path):
+    from jingpai.keyword_dict import Dictionary
+
+    return Dictionary.load(path)
 
 
 @dict_group.command()
@@ -99,19 +121,14 @@ def _load(path: Path):
 @click.option("--top", "top", type=click.IntRange(min=1), default=20, show_default=True, help="Words per domain.")
 def show(directory: Path, domain: str | None, top: int) -> None:
     """Print a dictionary's version, size and best words per domain."""
-    from jingpai.keyword_dict import DictionaryError
-
     d = _load(directory)
     click.echo(f"version {d.version}  created {d.created}  words {len(d)}")
-    try:
-        names = [domain] if domain else d.domain_names()
-        for name in names:
-            words = d.domain_words(name)
-            click.echo(f"\n[{name}] {len(words)} words")
-            for w in words[:top]:
-                click.echo(f"  {w}\t{d.domains(w)[name]:.3f}\tfreq {d.freq(w)}")
-    except DictionaryError as exc:
-        raise click.ClickException(str(exc)) from exc
+    names = [domain] if domain else d.domain_names()
+    for name in names:
+        words = d.domain_words(name)
+        click.echo(f"\n[{name}] {len(words)} words")
+        for w in words[:top]:
+            click.echo(f"  {w}\t{d.domains(w)[name]:.3f}\tfreq {d.freq(w)}")
 
 
 @dict_group.command()

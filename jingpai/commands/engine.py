@@ -1,4 +1,8 @@
-"""``jingpai engine up|down|status``: a local loopback Elasticsearch/OpenSearch node."""
+"""``jingpai engine up|down|status``: a local loopback Elasticsearch/OpenSearch node.
+
+Options are generated from :class:`~jingpai.engine.harness.EngineSettings`; the harness's
+:class:`~jingpai.engine.harness.EngineError` ends as one ``Error: …`` line (:class:`JingpaiGroup`).
+"""
 
 from __future__ import annotations
 
@@ -6,13 +10,21 @@ from pathlib import Path
 
 import click
 
-from jingpai.engine.harness import ENGINE_KINDS, EngineError, EngineSettings, run_dir, running, start, status, stop
+from jingpai.commands.base import JingpaiGroup
+from jingpai.commands.options import Opt, settings_from, settings_options
+from jingpai.engine.harness import EngineSettings, run_dir, running, start, status, stop
 
-_kind = click.option(
-    "--kind", type=click.Choice(ENGINE_KINDS), default="opensearch", show_default=True, help="Which engine."
-)
-_version = click.option("--version", "version", default=None, help="Distribution version (default: the tested one).")
-_port = click.option("--port", type=int, default=None, help="HTTP port on 127.0.0.1 (default 9200 OpenSearch, 9201 Elasticsearch).")
+#: how EngineSettings' fields look on the command line (env ``JINGPAI_ENGINE_*``)
+NODE_OPTIONS: dict[str, Opt] = {
+    "kind": Opt(help="Which engine."),
+    "version": Opt(help="Distribution version (default: the tested one)."),
+    "port": Opt(help="HTTP port on 127.0.0.1 (default 9200 OpenSearch, 9201 Elasticsearch)."),
+}
+HEAP_OPTIONS: dict[str, Opt] = {"heap": Opt(help="JVM heap size.")}
+_kind_port = {name: NODE_OPTIONS[name] for name in ("kind", "port")}
+
+# not generated from EngineSettings.cache_dir: the option names the cache's parent (the engines live in
+# its engines/ folder) and it reads JINGPAI_CACHE_DIR, the cache variable of all of jingpai
 _cache = click.option(
     "--cache-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -22,29 +34,24 @@ _cache = click.option(
 )
 
 
-@click.group()
+@click.group(cls=JingpaiGroup)
 def engine() -> None:
     """Start, stop and inspect a local Elasticsearch/OpenSearch node (loopback only)."""
 
 
-def _settings(kind: str, version: str | None, port: int | None, cache_dir: Path | None, **extra) -> EngineSettings:
-    return EngineSettings(kind=kind, version=version, port=port, cache_dir=cache_dir / "engines" if cache_dir else None, **extra)
+def _engines_dir(cache_dir: Path | None) -> Path | None:
+    return cache_dir / "engines" if cache_dir else None
 
 
 @engine.command()
-@_kind
-@_version
-@_port
+@settings_options("engine", EngineSettings, NODE_OPTIONS)
 @_cache
-@click.option("--heap", default="512m", show_default=True, help="JVM heap size.")
-def up(kind: str, version: str | None, port: int | None, cache_dir: Path | None, heap: str) -> None:
+@settings_options("engine", EngineSettings, HEAP_OPTIONS)
+def up(cache_dir: Path | None, **values) -> None:
     """Download (once), configure and start a node; print its URL."""
-    settings = _settings(kind, version, port, cache_dir, heap=heap)
-    click.echo(f"starting {kind} {settings.resolved_version} on {settings.url} …", err=True)
-    try:
-        node = start(settings)
-    except EngineError as exc:
-        raise click.ClickException(str(exc)) from exc
+    settings = settings_from(EngineSettings, values, {**NODE_OPTIONS, **HEAP_OPTIONS}, cache_dir=_engines_dir(cache_dir))
+    click.echo(f"starting {settings.kind} {settings.resolved_version} on {settings.url} …", err=True)
+    node = start(settings)
     click.echo(f"{node.kind} {node.version} ready (pid {node.pid}, log {node.log_file})", err=True)
     click.echo(node.url)
 
@@ -54,18 +61,17 @@ def _ports(nodes) -> str:
 
 
 @engine.command()
-@_kind
-@_port
+@settings_options("engine", EngineSettings, _kind_port)
 @_cache
 @click.option("--all", "all_nodes", is_flag=True, help="Without --port: stop every running node of this kind.")
 @click.option("--purge", is_flag=True, help="Also delete the node's data and logs.")
 def down(kind: str, port: int | None, cache_dir: Path | None, all_nodes: bool, purge: bool) -> None:
     """Stop a node that `jingpai engine up` started: the one on --port, else the one of --kind that runs."""
-    engines_dir = cache_dir / "engines" if cache_dir else None
+    engines_dir = _engines_dir(cache_dir)
     if port is not None:
         if all_nodes:
             raise click.UsageError("--all stops every node of a kind; leave out --port with it")
-        settings = _settings(kind, None, port, cache_dir)
+        settings = EngineSettings(kind=kind, port=port, cache_dir=engines_dir)  # type: ignore[arg-type]
         if stop(settings, purge=purge):
             click.echo(f"stopped {kind} on {settings.url}")
             return
@@ -82,7 +88,7 @@ def down(kind: str, port: int | None, cache_dir: Path | None, all_nodes: bool, p
             f"{len(nodes)} {kind} nodes run, on ports {_ports(nodes)}; choose one with --port or stop them all with --all"
         )
     for node in nodes:
-        stop(_settings(kind, None, node.port, cache_dir), purge=purge)
+        stop(EngineSettings(kind=kind, port=node.port, cache_dir=engines_dir), purge=purge)  # type: ignore[arg-type]
         click.echo(f"stopped {kind} on {node.url}")
 
 
@@ -90,7 +96,7 @@ def down(kind: str, port: int | None, cache_dir: Path | None, all_nodes: bool, p
 @_cache
 def status_cmd(cache_dir: Path | None) -> None:
     """List the nodes this harness started, on any port, and whether they run."""
-    engines_dir = cache_dir / "engines" if cache_dir else None
+    engines_dir = _engines_dir(cache_dir)
     nodes = status(engines_dir)
     if not nodes:
         click.echo(f"no nodes recorded under {run_dir(engines_dir)}")

@@ -1,4 +1,9 @@
-"""``jingpai index PATH… --index NAME`` plus ``jingpai index status|prune|score-entities NAME``."""
+"""``jingpai index PATH… --index NAME`` plus ``jingpai index status|prune|score-entities NAME``.
+
+Every command here is a :class:`~jingpai.commands.base.JingpaiCommand`: jingpai's errors (bad corpus,
+engine unreachable or refusing, index not jingpai's) end as one ``Error: …`` line without an ``except``
+here; only setting checks that raise plain ``ValueError`` are caught.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +14,13 @@ import click
 
 from jingpai.commands.base import JingpaiGroup
 from jingpai.commands.options import Opt, engine_option, settings_from, settings_options
-from jingpai.engine.client import EngineConnectionError, connect
+from jingpai.engine.client import connect
 from jingpai.indexer.pipeline import IndexSettings
-from jingpai.indexer.readers import FORMATS, CorpusError
-from jingpai.indexer.versions import IndexVersionError
+from jingpai.indexer.readers import FORMATS
+from jingpai.jobs.entity_scores import EntityScoreSettings
 
 logger = logging.getLogger(__name__)
+
 
 class _DefaultToRun(JingpaiGroup):
     """``jingpai index FILE…`` runs indexing; ``status`` / ``prune`` are sub-commands."""
@@ -68,29 +74,40 @@ def run(paths, index_name, engine_url, dict_dir, **values) -> None:
     The alias moves to the new physical index only if it is not empty and at most --max-rejected of the
     records were rejected; otherwise the command exits non-zero and the alias stays (docs/indexing.md).
     """
-    from jingpai.indexer.pipeline import BuildCheckError, IndexingError, index_corpus
+    from jingpai.indexer.pipeline import BuildCheckError, index_corpus
 
+    settings = _checked(lambda: settings_from(IndexSettings, values, RUN_OPTIONS, index=index_name))
+    dictionary = _dictionary(dict_dir)
     try:
-        settings = settings_from(IndexSettings, values, RUN_OPTIONS, index=index_name)
-        dictionary = None
-        if dict_dir is not None:
-            from jingpai.keyword_dict import Dictionary
-
-            dictionary = Dictionary.load(dict_dir)
-        engine = connect(engine_url)
-        report = index_corpus(engine, paths, settings, dictionary=dictionary)
+        report = index_corpus(connect(engine_url), paths, settings, dictionary=dictionary)
     except BuildCheckError as exc:
         click.echo(exc.report.summary())
         if exc.report.rejected:
             click.echo(exc.report.rejections())
-        raise click.ClickException(str(exc)) from exc
-    except (ValueError, CorpusError, IndexVersionError, IndexingError, EngineConnectionError) as exc:
+        raise
+    except ValueError as exc:  # a setting the run checks itself (jingpai's own errors are JingpaiErrors)
         raise click.ClickException(str(exc)) from exc
     click.echo(report.summary())
     if report.rejected:
         click.echo(report.rejections())
     if report.check_failure:
         click.echo(f"--force: the alias moved although {report.check_failure}")
+
+
+def _checked(make):
+    """``make()``, with a plain ``ValueError`` of a settings check as click's ``Error: …``."""
+    try:
+        return make()
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _dictionary(dict_dir: Path | None):
+    if dict_dir is None:
+        return None
+    from jingpai.keyword_dict import Dictionary
+
+    return Dictionary.load(dict_dir)
 
 
 @index.command()
@@ -100,10 +117,7 @@ def status(name: str, engine_url: str) -> None:
     """List the physical versions of index NAME and which one the alias serves."""
     from jingpai.indexer.versions import list_versions
 
-    try:
-        versions = list_versions(connect(engine_url), name)
-    except EngineConnectionError as exc:
-        raise click.ClickException(str(exc)) from exc
+    versions = list_versions(connect(engine_url), name)
     if not versions:
         raise click.ClickException(f"no jingpai index versions named {name}-<dict>-<n> at {engine_url}")
     for v in versions:
@@ -119,11 +133,21 @@ def prune(name: str, engine_url: str, keep: int) -> None:
     """Delete physical versions of NAME that the alias no longer serves."""
     from jingpai.indexer.versions import delete_old_versions
 
-    try:
-        deleted = delete_old_versions(connect(engine_url), name, keep=keep)
-    except (EngineConnectionError, IndexVersionError) as exc:
-        raise click.ClickException(str(exc)) from exc
+    deleted = delete_old_versions(connect(engine_url), name, keep=keep)
     click.echo("deleted: " + (", ".join(deleted) if deleted else "nothing"))
+
+
+#: how EntityScoreSettings' fields look on the command line, before and after --dict
+#: (``JINGPAI_INDEX_SCORE_ENTITIES_*``: ``JINGPAI_INDEX_*`` belongs to `jingpai index run`)
+SCORE_ENTITIES_OPTIONS: dict[str, Opt] = {
+    "entities": Opt(help="keywords: the document's jingpai.keywords; title-keywords: dictionary keywords of the title (needs --dict)."),
+}
+SCORE_ENTITIES_MORE_OPTIONS: dict[str, Opt] = {
+    "title_field": Opt(help="Field whose entities are scored (default: first text field)."),
+    "body_field": Opt(help="Field they are scored against (default: second text field)."),
+    "max_entities": Opt(type=click.IntRange(min=1), help="Entities per document."),
+    "batch_size": Opt(type=click.IntRange(min=1), help="Documents per batch / bulk request."),
+}
 
 
 @index.command(name="score-entities")
@@ -131,39 +155,27 @@ def prune(name: str, engine_url: str, keep: int) -> None:
 @click.option("--model", "model_dir", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Saved jingpai model (bertca uses precomputed document encodings; others score pairs).")
 @engine_option("index")
-@click.option("--entities", type=click.Choice(["keywords", "title-keywords"]), default="keywords", show_default=True,
-              help="keywords: the document's jingpai.keywords; title-keywords: dictionary keywords of the title (needs --dict).")
+@settings_options("index_score_entities", EntityScoreSettings, SCORE_ENTITIES_OPTIONS)
 @click.option("--dict", "dict_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Dictionary directory (for --entities title-keywords).")
-@click.option("--title-field", default=None, help="Field whose entities are scored (default: first text field).")
-@click.option("--body-field", default=None, help="Field they are scored against (default: second text field).")
-@click.option("--max-entities", type=click.IntRange(min=1), default=10, show_default=True, help="Entities per document.")
-@click.option("--batch-size", type=click.IntRange(min=1), default=64, show_default=True, help="Documents per batch / bulk request.")
+@settings_options("index_score_entities", EntityScoreSettings, SCORE_ENTITIES_MORE_OPTIONS)
 @click.option("--device", default=None, help="torch device (default: CUDA when available, else CPU).")
-def score_entities_cmd(name, model_dir, engine_url, entities, dict_dir, title_field, body_field, max_entities, batch_size,
-                       device) -> None:
+def score_entities_cmd(name, model_dir, engine_url, dict_dir, device, **values) -> None:
     """Score each document's title entities against its body with a model; write jingpai.entity_scores."""
-    from jingpai.indexer.entity_scores import EntityScoreSettings, EntityScoringError, score_entities
-    from jingpai.indexer.mapping import NotAJingpaiIndexError
+    from jingpai.jobs.entity_scores import score_entities
     from jingpai.reranker.base import ModelLoadError, Reranker
 
+    spec = {**SCORE_ENTITIES_OPTIONS, **SCORE_ENTITIES_MORE_OPTIONS}
+    settings = _checked(lambda: settings_from(EntityScoreSettings, values, spec, index=name))
+    dictionary = _dictionary(dict_dir)
+    engine = connect(engine_url)
+    if not engine.index_exists(name):
+        raise click.ClickException(f"no index or alias named {name!r} at {engine_url}")
     try:
-        settings = EntityScoreSettings(
-            index=name, entities=entities, title_field=title_field, body_field=body_field,
-            max_entities=max_entities, batch_size=batch_size,
-        )
-        dictionary = None
-        if dict_dir is not None:
-            from jingpai.keyword_dict import Dictionary
-
-            dictionary = Dictionary.load(dict_dir)
-        engine = connect(engine_url)
-        if not engine.index_exists(name):
-            raise click.ClickException(f"no index or alias named {name!r} at {engine_url}")
         model = Reranker.load(model_dir, device=device)
-        report = score_entities(engine, model, settings, dictionary=dictionary)
-    except (ValueError, EntityScoringError, NotAJingpaiIndexError, ModelLoadError, EngineConnectionError) as exc:
+    except ModelLoadError as exc:
         raise click.ClickException(str(exc)) from exc
+    report = _checked(lambda: score_entities(engine, model, settings, dictionary=dictionary))
     click.echo(report.summary())
     if report.failed:
         raise click.ClickException(

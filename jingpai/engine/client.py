@@ -21,6 +21,8 @@ from typing import Any, Literal
 
 import httpx
 
+from jingpai.errors import UnavailableError
+
 logger = logging.getLogger(__name__)
 
 EngineKind = Literal["opensearch", "elasticsearch"]
@@ -29,7 +31,7 @@ EngineKind = Literal["opensearch", "elasticsearch"]
 #: where a locally started engine answers (`jingpai engine up`); the default of every --engine option
 DEFAULT_ENGINE_URL = "http://127.0.0.1:9200"
 
-class EngineConnectionError(RuntimeError):
+class EngineConnectionError(UnavailableError, RuntimeError):
     """No Elasticsearch/OpenSearch answered at the given URL."""
 
 

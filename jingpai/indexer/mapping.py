@@ -27,6 +27,7 @@ from typing import Literal
 
 from jingpai import __version__
 from jingpai.engine.client import Engine
+from jingpai.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ WeightEncoding = Literal["rank_features", "term_frequency"]
 EntityEncoding = Literal["rank_features", "nested"]
 
 
-class NotAJingpaiIndexError(LookupError):
+class NotAJingpaiIndexError(UserError, LookupError):
     """The index exists but was not built by ``jingpai index`` (no ``_meta.jingpai``)."""
 
 

@@ -12,55 +12,33 @@ watermark, closed index) stops the run instead of rejecting every document. See 
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 import uuid
-from collections import deque
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
-from itertools import chain
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from tenacity import before_sleep_log, retry, retry_if_exception, stop_after_attempt, wait_exponential
-from tqdm import tqdm
+from typing import TYPE_CHECKING
 
 from jingpai.engine.client import Engine
-from jingpai.indexer.mapping import (
-    META_KEY,
-    IndexMeta,
-    NotAJingpaiIndexError,
-    build_mapping,
-    encode_weights,
-    engine_encodings,
-    read_meta,
-)
-from jingpai.indexer.checks import REFUSAL_TYPES, alias_state, check_build, is_refusal, item_error, item_kind
+from jingpai.errors import UserError
+from jingpai.indexer.bulk import BulkWriter, EngineRefusedError, EngineUnreachableError, IndexingError, Origin, batches
+from jingpai.indexer.checks import REFUSAL_TYPES, alias_state, check_build, is_refusal
+from jingpai.indexer.documents import DocumentBuilder, Rejection
+from jingpai.indexer.mapping import IndexMeta, NotAJingpaiIndexError, build_mapping, engine_encodings, read_meta
 from jingpai.indexer.quarantine import Quarantine
 from jingpai.indexer.readers import DEFAULT_MAX_RECORD_BYTES, BadRecord, CorpusFormat, SourceRecord, read_corpus
 from jingpai.indexer.versions import choose_physical_index
 
 if TYPE_CHECKING:
-    from jingpai.keyword_dict import Dictionary, Segmenter
+    from jingpai.keyword_dict import Dictionary
+
 
 logger = logging.getLogger(__name__)
 
 
-class IndexingError(RuntimeError):
-    """Indexing stopped (engine unreachable after all retries, or a bad setting)."""
-
-
-class EngineRefusedError(IndexingError):
-    """The engine refused writes to the whole index or cluster (write block, disk flood-stage
-    watermark, read-only or closed index, no permission): not the documents' fault, so they are not
-    quarantined. The physical index is kept and the alias untouched; re-run to resume once fixed."""
-
-
-class BuildCheckError(IndexingError):
+class BuildCheckError(IndexingError, UserError):
     """The new physical index failed :func:`check_build`; the alias was not moved to it.
 
     Attributes:
@@ -179,128 +157,38 @@ class IndexReport:
         return "\n".join(rows)
 
 
-class Rejection(ValueError):
-    """A record that cannot become a document; the message is the quarantine reason.
+@dataclass(frozen=True)
+class Target:
+    """The physical index a run writes to, and the alias's state before the run.
 
-    Args:
-        reason: the quarantine reason.
-        kind: the reason without its specifics, for grouping (default: the text before the first ``:``).
+    Attributes:
+        physical: ``<alias>-<dict version>-<n>``.
+        exists: the physical index exists already (the run resumes into it).
+        live_before: the indices the alias pointed at before the run.
+        live_meta: the live index's :class:`IndexMeta` (``None``: no live index, or not jingpai's).
     """
 
-    def __init__(self, reason: str, *, kind: str | None = None) -> None:
-        super().__init__(reason)
-        self.kind = kind or reason.split(":")[0]
+    physical: str
+    exists: bool
+    live_before: list[str]
+    live_meta: IndexMeta | None
 
+    @property
+    def live(self) -> bool:
+        """Whether the physical index is the one the alias serves already."""
+        return self.exists and self.physical in self.live_before
 
-class DocumentBuilder:
-    """Turns source records into engine documents with the fields :mod:`jingpai.indexer.mapping` owns."""
-
-    def __init__(
-        self,
-        settings: IndexSettings,
-        meta: IndexMeta,
-        *,
-        dictionary: Dictionary | None = None,
-        segmenter: Segmenter,
-    ) -> None:
-        self.settings = settings
-        self.meta = meta
-        self.dictionary = dictionary
-        self.segmenter = segmenter
-
-    def doc_id(self, fields: dict) -> str:
-        id_field = self.settings.id_field
-        if id_field is None:
-            canonical = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-            return hashlib.sha1(canonical.encode("utf-8")).hexdigest()
-        value = fields.get(id_field)
-        if value is None or value == "":
-            raise Rejection(f"missing id field {id_field!r}")
-        if not isinstance(value, (str, int)) or isinstance(value, bool):
-            raise Rejection(f"id field {id_field!r} must be a string or integer, got {type(value).__name__}")
-        return str(value)
-
-    def build(self, fields: dict) -> tuple[str, dict]:
-        """``(id, document)`` or :class:`Rejection`."""
-        doc_id, document, _ = self._build(fields)
-        return doc_id, document
-
-    def build_json(self, fields: dict, *, record_bytes: int | None = None) -> tuple[str, str]:
-        """``(id, document as JSON)`` or :class:`Rejection`: :meth:`build` serialised once, the form the
-        size limit is checked on and the bulk request carries (the clients pass JSON strings through).
-        ``record_bytes``: the record's size in its file, quoted when the document is over the limit."""
-        doc_id, _, source = self._build(fields, record_bytes)
-        return doc_id, source
-
-    def _build(self, fields: dict, record_bytes: int | None = None) -> tuple[str, dict, str]:
-        try:
-            return self._augment(fields, record_bytes)
-        except UnicodeEncodeError as exc:
-            # JSON escapes can smuggle in lone surrogates ("\ud800"), which neither the segmenter nor
-            # the engines accept as text
-            raise _bad_unicode(fields) from exc
-
-    def _augment(self, fields: dict, record_bytes: int | None) -> tuple[str, dict, str]:
-        if META_KEY in fields:
-            raise Rejection(f"field {META_KEY!r} is reserved for jingpai's own fields")
-        texts: dict[str, str] = {}
-        for name in self.settings.text_fields:
-            value = fields.get(name)
-            if value is None or value == "":
-                continue
-            if not isinstance(value, str):
-                raise Rejection(f"text field {name!r} must be a string, got {type(value).__name__}")
-            texts[name] = value
-        if not texts:
-            raise Rejection(f"missing text field: none of {', '.join(self.settings.text_fields)} is present and non-empty")
-        doc_id = self.doc_id(fields)
-        tokens = {name: self.segmenter.cut(text) for name, text in texts.items()}
-        extra: dict = {"seg": {name: " ".join(toks) for name, toks in tokens.items()}}
-        if self.dictionary is not None:
-            from jingpai.keyword_dict import keywords_from_tokens
-
-            # the segmentation just made is reused: cutting the text again would double the CPU cost
-            all_tokens = chain.from_iterable(tokens.values())
-            weights = dict(keywords_from_tokens(all_tokens, self.dictionary, top_k=self.settings.keywords_top_k))
-            extra["keywords"] = list(weights)
-            encoded = encode_weights(weights, self.meta.weight_encoding)
-            if encoded:
-                extra["kw"] = encoded
-        else:
-            extra["keywords"] = []
-        document = {**fields, META_KEY: extra}
-        source = json.dumps(document, ensure_ascii=False)
-        size = len(source.encode("utf-8"))
-        if size > self.settings.max_doc_bytes:
-            record = record_bytes if record_bytes is not None else len(json.dumps(fields, ensure_ascii=False).encode("utf-8"))
-            raise Rejection(
-                f"document is {size} bytes with jingpai's fields (the record alone is {record} bytes), over the limit of "
-                f"{self.settings.max_doc_bytes} (--max-doc-bytes)",
-                kind="document over --max-doc-bytes",
-            )
-        return doc_id, document, source
-
-
-def _bad_unicode(fields: dict) -> Rejection:
-    for name, value in fields.items():
-        text = json.dumps(value, ensure_ascii=False)
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            return Rejection(f"field {name!r} is not valid Unicode text: lone surrogate {text[exc.start:exc.end]!r}")
-    return Rejection("document is not valid Unicode text: lone surrogate")
-
-
-def batches(items: Iterable, size: int) -> Iterator[list]:
-    """Consecutive lists of ``size`` items (the last may be shorter)."""
-    chunk: list = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+    @classmethod
+    def choose(cls, engine: Engine, settings: IndexSettings, dict_version: str | None) -> Target:
+        physical, exists = choose_physical_index(engine, settings.index, dict_version, rebuild=settings.rebuild)
+        live_before = engine.alias_targets(settings.index)
+        live_meta: IndexMeta | None = None
+        if live_before:
+            try:
+                live_meta = read_meta(engine, settings.index)
+            except NotAJingpaiIndexError:
+                live_meta = None
+        return cls(physical, exists, live_before, live_meta)
 
 
 def index_corpus(
@@ -338,178 +226,100 @@ def index_corpus(
     from jingpai.keyword_dict import Segmenter
 
     started = time.perf_counter()
-
-    def records(path: str | Path) -> Iterator[SourceRecord | BadRecord]:
-        return read_corpus(
-            path, fmt=settings.fmt, columns=settings.columns, text_fields=settings.text_fields,
-            max_record_bytes=settings.max_record_bytes,
-        )
-
-    for path in paths:
-        # a missing file or an unusable header fails the run before any index is created, not midway
-        with closing(records(path)) as first:
-            next(first, None)
-
+    _check_sources(paths, settings)
     dict_version = dictionary.version if dictionary is not None else None
     weight_enc, entity_enc = engine_encodings(engine)
     meta = IndexMeta(
-        text_fields=tuple(settings.text_fields),
-        dict_version=dict_version,
-        weight_encoding=weight_enc,
-        entity_encoding=entity_enc,
-        id_field=settings.id_field,
+        text_fields=tuple(settings.text_fields), dict_version=dict_version, weight_encoding=weight_enc,
+        entity_encoding=entity_enc, id_field=settings.id_field,
     )
-    physical, exists = choose_physical_index(engine, settings.index, dict_version, rebuild=settings.rebuild)
-    live_before = engine.alias_targets(settings.index)
-    live = exists and physical in live_before
-    live_meta: IndexMeta | None = None
-    if live_before:
-        try:
-            live_meta = read_meta(engine, settings.index)
-        except NotAJingpaiIndexError:
-            live_meta = None
-
-    def prepare_index() -> dict[str, str | None] | None:
-        if not exists:
-            engine.create_index(physical, mappings=build_mapping(meta))
-            logger.info("created physical index %s", physical)
-        else:
-            logger.info("resuming into existing physical index %s", physical)
-        if settings.fast_build and not live:
-            return begin_build(engine, physical, fresh=not exists)
-        return None
-
+    target = Target.choose(engine, settings, dict_version)
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
     quarantine = Quarantine(Path(settings.quarantine_dir) / f"{settings.index}.rejected.jsonl", run_id=run_id)
-    report = IndexReport(alias=settings.index, physical_index=physical, quarantine_file=quarantine.path, run_id=run_id)
-    pending: deque[tuple[str, int, dict]] = deque()
-    builder: DocumentBuilder | None = None
-
-    def actions() -> Iterator[dict]:
-        assert builder is not None
-        for path in paths:
-            for rec in records(path):
-                report.read += 1
-                if isinstance(rec, BadRecord):
-                    quarantine.add(rec.source, rec.line, rec.raw, rec.reason, kind=rec.kind, raw_bytes=rec.raw_bytes)
-                    continue
-                assert isinstance(rec, SourceRecord)
-                try:
-                    doc_id, source = builder.build_json(rec.fields, record_bytes=rec.size)
-                except Rejection as exc:
-                    quarantine.add(rec.source, rec.line, rec.fields, str(exc), kind=exc.kind)
-                    continue
-                pending.append((rec.source, rec.line, rec.fields))
-                # ``_source`` is already JSON: both clients' bulk helpers send strings as they are
-                yield {"_op_type": "index", "_index": physical, "_id": doc_id, "_source": source}
-
-    send = retry(
-        retry=retry_if_exception(engine.is_transient),
-        stop=stop_after_attempt(max(1, settings.retries)),
-        wait=wait_exponential(multiplier=0.5, max=settings.retry_max_wait_s),
-        before_sleep=before_sleep_log(logger, logging.WARNING),
-        reraise=True,
-    )(lambda chunk: list(engine.bulk(chunk, chunk_size=len(chunk))))
-
-    bar = tqdm(total=None, unit="doc", disable=not settings.progress, desc=f"indexing {settings.index}")
-
-    def unreachable(exc: BaseException) -> IndexingError:
-        return IndexingError(
-            f"engine at {engine.url} unreachable after {settings.retries} attempts ({exc}); "
-            f"{report.indexed} documents are in {physical} — re-run the same command to resume"
-        )
-
-    def refused(error: str) -> EngineRefusedError:
-        return EngineRefusedError(
-            f"the engine refused to write to {physical}: {error.rstrip('; .')}. This is the index's or the cluster's state "
-            f"(write block, disk watermark, read-only or closed index, permissions), not the documents', so none "
-            f"were quarantined for it; {report.indexed} documents are in {physical} and "
-            f"{alias_state(settings.index, live_before)}. Fix the cluster (e.g. remove the block, free "
-            f"disk, open the index) and re-run the same command to resume"
-        )
-
-    def outcome(future: Future) -> Any:
-        """The future's result; an engine that stays unreachable becomes :class:`IndexingError`, an
-        error answer :class:`EngineRefusedError`."""
-        try:
-            return future.result()
-        except Exception as exc:
-            if engine.is_transient(exc):
-                raise unreachable(exc) from exc
-            if engine.is_api_error(exc):
-                raise refused(str(exc)) from exc
-            raise
-
-    def settle(future: Future, size: int) -> None:
-        refusal: str | None = None
-        for ok, item in outcome(future):
-            source, line, fields = pending.popleft()
-            if ok:
-                report.indexed += 1
-            elif is_refusal(item):
-                refusal = refusal or item_error(item).removeprefix("engine rejected the document: ")
-            else:
-                quarantine.add(source, line, fields, item_error(item), kind=item_kind(item))
-        quarantine.flush()
-        report.rejected = quarantine.count
-        bar.update(size)
-        bar.set_postfix(rejected=report.rejected)
-        if refusal is not None:
-            raise refused(refusal)
-        if on_progress is not None:
-            on_progress(report)
-
-    # Up to ``concurrency`` bulk requests in flight while the next batch is segmented, so the engine
-    # indexes (on as many write threads) while Python works. Batches are settled in the order they were
-    # sent, which keeps ``pending`` aligned with the per-item results. The first batch travels alone:
-    # fields the mapping leaves dynamic get their type from the first records of the corpus, as with
-    # sequential requests, rather than from whichever of two concurrent batches lands first.
-    restore: dict[str, str | None] | None = None
+    report = IndexReport(alias=settings.index, physical_index=target.physical, quarantine_file=quarantine.path, run_id=run_id)
     try:
-        with ThreadPoolExecutor(max_workers=settings.concurrency, thread_name_prefix="jingpai-bulk") as sender:
-            # creating the index (the engine waits for its shard) overlaps loading the segmenter and
-            # segmenting the first batch
-            setup: Future | None = sender.submit(prepare_index)
+        with BulkWriter(engine, target.physical, settings, quarantine=quarantine, report=report,
+                        live_before=target.live_before, on_progress=on_progress) as writer:
+            writer.start(lambda: _prepare_index(engine, target, meta, settings))
+            # loading the segmenter and building the first batch overlap creating the index
             builder = DocumentBuilder(settings, meta, dictionary=dictionary, segmenter=Segmenter(dictionary))
-            inflight: deque[tuple[Future, int]] = deque()
-
-            def ready() -> None:
-                nonlocal setup, restore
-                if setup is not None:
-                    try:
-                        restore = outcome(setup)
-                    finally:
-                        setup = None
-
-            limit = 1
-            for chunk in batches(actions(), settings.batch_size):
-                ready()
-                while len(inflight) >= limit:
-                    settle(*inflight.popleft())
-                    limit = settings.concurrency
-                inflight.append((sender.submit(send, chunk), len(chunk)))
-            ready()
-            while inflight:
-                settle(*inflight.popleft())
+            writer.write(_documents(paths, settings, builder, quarantine, report, target.physical))
     finally:
-        bar.close()
         quarantine.close()
         report.rejected = quarantine.count
         report.reasons = dict(quarantine.reasons)
         report.first_lines = {k: list(v) for k, v in quarantine.first_lines.items()}
+    _finish(engine, target, report, settings, restore=writer.prepared, dict_version=dict_version, started=started)
+    return report
+
+
+def _check_sources(paths: Sequence[str | Path], settings: IndexSettings) -> None:
+    """Raise :class:`CorpusError` for a missing file or an unusable header before any index is created,
+    not midway through the run."""
+    for path in paths:
+        with closing(_records(path, settings)) as first:
+            next(first, None)
+
+
+def _records(path: str | Path, settings: IndexSettings) -> Iterator[SourceRecord | BadRecord]:
+    return read_corpus(
+        path, fmt=settings.fmt, columns=settings.columns, text_fields=settings.text_fields,
+        max_record_bytes=settings.max_record_bytes,
+    )
+
+
+def _prepare_index(engine: Engine, target: Target, meta: IndexMeta, settings: IndexSettings) -> dict[str, str | None] | None:
+    """Create the physical index unless it exists; apply :data:`BUILD_SETTINGS` to one that is not live.
+    Returns the settings to restore after the build (``None``: nothing to restore)."""
+    if not target.exists:
+        engine.create_index(target.physical, mappings=build_mapping(meta))
+        logger.info("created physical index %s", target.physical)
+    else:
+        logger.info("resuming into existing physical index %s", target.physical)
+    if settings.fast_build and not target.live:
+        return begin_build(engine, target.physical, fresh=not target.exists)
+    return None
+
+
+def _documents(
+    paths: Sequence[str | Path], settings: IndexSettings, builder: DocumentBuilder, quarantine: Quarantine,
+    report: IndexReport, physical: str,
+) -> Iterator[tuple[Origin, dict]]:
+    """``(origin, bulk action)`` of every record that makes a document; the others are quarantined."""
+    for path in paths:
+        for rec in _records(path, settings):
+            report.read += 1
+            if isinstance(rec, BadRecord):
+                quarantine.add(rec.source, rec.line, rec.raw, rec.reason, kind=rec.kind, raw_bytes=rec.raw_bytes)
+                continue
+            try:
+                doc_id, source = builder.build_json(rec.fields, record_bytes=rec.size)
+            except Rejection as exc:
+                quarantine.add(rec.source, rec.line, rec.fields, str(exc), kind=exc.kind)
+                continue
+            # ``_source`` is already JSON: both clients' bulk helpers send strings as they are
+            yield (rec.source, rec.line, rec.fields), {"_op_type": "index", "_index": physical, "_id": doc_id, "_source": source}
+
+
+def _finish(
+    engine: Engine, target: Target, report: IndexReport, settings: IndexSettings, *,
+    restore: dict[str, str | None] | None, dict_version: str | None, started: float,
+) -> None:
+    """Check the new index; move the alias to it (or delete it and raise :class:`BuildCheckError`)."""
+    physical = target.physical
     engine.refresh(physical)
-    failure = check_build(engine, physical, report, settings, live_meta=live_meta, dict_version=dict_version)
+    failure = check_build(engine, physical, report, settings, live_meta=target.live_meta, dict_version=dict_version)
     report.seconds = time.perf_counter() - started
     if failure is not None and not settings.force:
         report.check_failure = failure
-        if live:
+        if target.live:
             what = f"the documents were written into {physical}, which the alias {settings.index} already served"
         else:
             engine.delete_index(physical)
-            what = f"{alias_state(settings.index, live_before)}; the new index {physical} was deleted"
+            what = f"{alias_state(settings.index, target.live_before)}; the new index {physical} was deleted"
         raise BuildCheckError(
             f"{physical} did not replace the live index: {failure}. {what[0].upper()}{what[1:]}. "
-            f"Fix the input (see {quarantine.path}) and re-run, or pass --force to swap anyway",
+            f"Fix the input (see {report.quarantine_file}) and re-run, or pass --force to swap anyway",
             report,
         )
     if failure is not None:
@@ -523,7 +333,6 @@ def index_corpus(
         report.alias_swapped = True
         logger.info("alias %s now points at %s", settings.index, physical)
     report.seconds = time.perf_counter() - started
-    return report
 
 
 BUILD_SETTINGS: dict[str, str] = {"index.refresh_interval": "-1", "index.number_of_replicas": "0"}
@@ -560,11 +369,13 @@ __all__ = [
     "BuildCheckError",
     "DocumentBuilder",
     "EngineRefusedError",
+    "EngineUnreachableError",
     "IndexReport",
     "IndexSettings",
     "IndexingError",
     "Quarantine",
     "Rejection",
+    "Target",
     "batches",
     "begin_build",
     "check_build",

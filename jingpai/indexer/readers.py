@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Literal
 
 from jingpai.cjk import has_han
+from jingpai.errors import UserError
+from jingpai.textio import LineTooLong, UndecodableLine, numbered_lines
 
 logger = logging.getLogger(__name__)
 
@@ -24,7 +26,7 @@ FORMATS: tuple[CorpusFormat, ...] = ("jsonl", "csv", "tsv")
 _SUFFIXES: dict[str, CorpusFormat] = {".jsonl": "jsonl", ".ndjson": "jsonl", ".json": "jsonl", ".csv": "csv", ".tsv": "tsv"}
 
 
-class CorpusError(ValueError):
+class CorpusError(UserError, ValueError):
     """A corpus file cannot be read at all (missing, unknown format, bad header)."""
 
 
@@ -88,16 +90,13 @@ LOOKS_GB18030 = "not valid UTF-8, decodes as GB18030 (convert the file: iconv -f
 def _lines(path: Path, max_record_bytes: int | None = None) -> Iterator[tuple[int, str | None, bytes | BadRecord]]:
     """``(line number, decoded text, raw bytes)`` per line, 1-based; ``(number, None, BadRecord)`` for a
     line that is over ``max_record_bytes`` or not valid UTF-8."""
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            raw = raw.rstrip(b"\r\n")
-            if max_record_bytes is not None and len(raw) > max_record_bytes:
-                yield number, None, _oversized(path, number, raw, max_record_bytes)
-                continue
-            try:
-                yield number, raw.decode("utf-8"), raw
-            except UnicodeDecodeError as exc:
-                yield number, None, _undecodable(path, number, raw, exc)
+    for line in numbered_lines(path, max_bytes=max_record_bytes):
+        if isinstance(line.error, LineTooLong):
+            yield line.number, None, _oversized(path, line.number, line.raw, line.error.limit)
+        elif isinstance(line.error, UndecodableLine):
+            yield line.number, None, _undecodable(path, line.number, line.raw, line.error.cause)
+        else:
+            yield line.number, line.text, line.raw
 
 
 def _oversized(path: Path, number: int, raw: bytes, limit: int) -> BadRecord:

@@ -11,12 +11,13 @@ import re
 from dataclasses import dataclass
 
 from jingpai.engine.client import Engine
+from jingpai.errors import UserError
 
 NO_DICT = "nodict"
 _VERSION_CHARS = 12
 
 
-class IndexVersionError(ValueError):
+class IndexVersionError(UserError, ValueError):
     """The alias name is taken by a concrete index, or a version to delete is still in use."""
 
 

@@ -10,6 +10,7 @@ Example:
 from jingpai.keyword_dict.build import BuildError, BuildSettings, build_dictionary
 from jingpai.keyword_dict.dictionary import Dictionary, DictionaryError, Entry
 from jingpai.keyword_dict.discovery import Candidate, DiscoverySettings, discover
+from jingpai.keyword_dict.keywords import KeywordExtractor
 from jingpai.keyword_dict.segment import Segmenter, extract_keywords, keyword_spans, keywords_from_tokens
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "DictionaryError",
     "DiscoverySettings",
     "Entry",
+    "KeywordExtractor",
     "Segmenter",
     "build_dictionary",
     "discover",

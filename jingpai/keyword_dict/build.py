@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from jingpai.errors import UserError
 from jingpai.keyword_dict.diffidf import VocabularyIndex, diff_idf, domain_document_frequencies
 from jingpai.keyword_dict.dictionary import Dictionary
 from jingpai.keyword_dict.discovery import DiscoverySettings, candidate_mask, find_words
@@ -32,7 +33,7 @@ PARALLEL_MIN_CHARS = {"fork": 300_000, "spawn": 5_000_000}
 FEW_DOCS = 20
 
 
-class BuildError(ValueError):
+class BuildError(UserError, ValueError):
     """The corpora cannot make a dictionary: too few domains, or a domain that cannot contribute a word.
 
     Attributes:
@@ -176,38 +177,12 @@ def build_dictionary(
         ['A股', '基金', '净值']
     """
     s = settings or BuildSettings()
-    if not domains:
-        raise BuildError("no domain corpora given")
-    for name, docs in domains.items():
-        if not docs:
-            raise BuildError(f"domain {name!r} has no documents", domains=[name])
-    if background is None and len(domains) < 2:
-        raise BuildError(
-            f"diff-idf needs an anti-domain: give at least two domains or a background corpus (got only {next(iter(domains))!r})",
-            domains=list(domains),
-        )
-    # checked before the costly part: such a domain cannot keep a word, whatever its text
-    too_few = [name for name, docs in domains.items() if len(docs) < s.min_df]
-    if too_few:
-        raise BuildError(_listed([_too_few_documents(n, domains[n], s.min_df) for n in too_few]), domains=too_few)
-    few = [name for name, docs in domains.items() if len(docs) < FEW_DOCS]
-    if few:
-        logger.warning(
-            "%d domain(s) have fewer than %d documents, so their diff-idf scores will be coarse: %s",
-            len(few), FEW_DOCS, ", ".join(f"{n!r} {len(domains[n])}" for n in few[:10]) + (" …" if len(few) > 10 else ""),
-        )
+    _check_domains(domains, background, s)
     names = list(domains)
     corpora = [list(domains[n]) for n in names] + ([list(background)] if background is not None else [])
     sizes = [sum(map(len, docs)) for docs in corpora]
     method = _start_method()
-    if s.workers is not None:
-        workers = s.workers
-    elif sum(sizes) >= PARALLEL_MIN_CHARS[method]:
-        workers = os.cpu_count() or 1
-    else:
-        workers = 1
-        logger.info("%d characters in all: building in-process (parallel from %d)", sum(sizes), PARALLEL_MIN_CHARS[method])
-    workers = min(workers, len(corpora))
+    workers = min(_workers(s, sum(sizes), method), len(corpora))
     if s.known_words:
         _plain_segmenter()  # load the segmenter's dictionary once: forked workers inherit it
     with _pool(workers, method) as pmap:
@@ -218,6 +193,40 @@ def build_dictionary(
         index = VocabularyIndex.build(vocabulary)
         counted = pmap(domain_document_frequencies, [(docs, index, s.discovery.chunk_chars) for docs in corpora], sizes)
     return _score(names, vocabulary, candidates, counted, background is not None, freqs, stats, s)
+
+
+def _check_domains(domains: Mapping[str, Sequence[str]], background: Sequence[str] | None, s: BuildSettings) -> None:
+    """Raise :class:`BuildError` for corpora that cannot make a dictionary, before the costly part."""
+    if not domains:
+        raise BuildError("no domain corpora given")
+    for name, docs in domains.items():
+        if not docs:
+            raise BuildError(f"domain {name!r} has no documents", domains=[name])
+    if background is None and len(domains) < 2:
+        raise BuildError(
+            f"diff-idf needs an anti-domain: give at least two domains or a background corpus (got only {next(iter(domains))!r})",
+            domains=list(domains),
+        )
+    # such a domain cannot keep a word, whatever its text
+    too_few = [name for name, docs in domains.items() if len(docs) < s.min_df]
+    if too_few:
+        raise BuildError(_listed([_too_few_documents(n, domains[n], s.min_df) for n in too_few]), domains=too_few)
+    few = [name for name, docs in domains.items() if len(docs) < FEW_DOCS]
+    if few:
+        logger.warning(
+            "%d domain(s) have fewer than %d documents, so their diff-idf scores will be coarse: %s",
+            len(few), FEW_DOCS, ", ".join(f"{n!r} {len(domains[n])}" for n in few[:10]) + (" …" if len(few) > 10 else ""),
+        )
+
+
+def _workers(s: BuildSettings, chars: int, method: str) -> int:
+    """Processes for the per-domain work (see :attr:`BuildSettings.workers`)."""
+    if s.workers is not None:
+        return s.workers
+    if chars >= PARALLEL_MIN_CHARS[method]:
+        return os.cpu_count() or 1
+    logger.info("%d characters in all: building in-process (parallel from %d)", chars, PARALLEL_MIN_CHARS[method])
+    return 1
 
 
 def _fuse_candidates(names, corpora, sizes, per_domain) -> tuple[dict[str, set[str]], Counter[str], dict]:

@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from jingpai.cjk import HAN_CLASS
+from jingpai.errors import UserError
+from jingpai.textio import encoding_label, numbered_lines
 
 
 logger = logging.getLogger(__name__)
 
 
-class CorpusReadError(ValueError):
+class CorpusReadError(UserError, ValueError):
     """A domain corpus cannot be read: not a text file, not in the expected encoding, or a line that
     cannot become a document (file and line named)."""
 
@@ -92,7 +94,7 @@ def _check_file(path: Path, what: str) -> None:
 
 def _not_decodable(path: Path, encoding: str, bad: list[int], lines: int, sample: bytes) -> str:
     """The error for a file in another encoding than ``encoding``, with a guess if the text reads as GB18030."""
-    where = f"{path}:{bad[0]}: not {encoding.upper().replace('_', '-')}: {len(bad)} of {lines} non-blank lines cannot be decoded"
+    where = f"{path}:{bad[0]}: not {encoding_label(encoding)}: {len(bad)} of {lines} non-blank lines cannot be decoded"
     # GBK/GB18030 is by far the most common legacy encoding of Chinese corpora; a trial decode that
     # yields Han text is a safe guess, where a general detector is unreliable on one short line
     try:
@@ -122,20 +124,19 @@ def _lines(path: Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
     bad: list[int] = []
     sample = b""
     lines = 0
-    with path.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            if raw.strip():
-                lines += 1
-            try:
-                yield number, raw.decode(encoding).rstrip("\r\n")
-            except UnicodeDecodeError:
-                bad.append(number)
-                sample = sample or raw
+    for line in numbered_lines(path, encoding=encoding):
+        if line.raw.strip():
+            lines += 1
+        if line.error is None:
+            yield line.number, line.require()
+        else:
+            bad.append(line.number)
+            sample = sample or line.raw
     if len(bad) > MAX_UNDECODABLE_SHARE * lines:
         raise CorpusReadError(_not_decodable(path, encoding, bad, lines, sample))
     if bad:
         shown = ", ".join(map(str, bad[:10])) + (" …" if len(bad) > 10 else "")
-        logger.warning("%s: skipped %d line(s) that are not valid %s: line %s", path, len(bad), encoding.upper().replace("_", "-"), shown)
+        logger.warning("%s: skipped %d line(s) that are not valid %s: line %s", path, len(bad), encoding_label(encoding), shown)
 
 
 @dataclass(frozen=True)
@@ -190,6 +191,20 @@ def _swap_hint(spec: LabelledSpec) -> str:
     return f"try --label-column {spec.text_column} --text-column {spec.label_column}"
 
 
+def _named_label(label: str, text: str, names: list[str], spec: LabelledSpec, *, where: str, first_row: bool) -> str:
+    """The domain name of label id ``label``; :class:`CorpusReadError` with a likely cause if it is none."""
+    try:
+        return names[int(label)]
+    except (ValueError, IndexError) as exc:
+        if text.isdigit():
+            hint = f"; column {spec.text_column} holds {text!r}: are the label and text columns swapped? {_swap_hint(spec)}"
+        elif first_row:
+            hint = "; is it a header row? remove it"
+        else:
+            hint = ""
+        raise CorpusReadError(f"{where}: label {label!r} is not an id 0..{len(names) - 1} of {spec.label_names}{hint}") from exc
+
+
 def read_labelled(path: str | Path, spec: LabelledSpec | None = None, *, encoding: str = "utf-8") -> dict[str, list[str]]:
     """``{domain: [documents]}`` from one labelled TSV file.
 
@@ -220,18 +235,7 @@ def read_labelled(path: str | Path, spec: LabelledSpec | None = None, *, encodin
             )
         label, text = parts[spec.label_column].strip(), parts[spec.text_column].strip()
         if names is not None:
-            try:
-                label = names[int(label)]
-            except (ValueError, IndexError) as exc:
-                if text.isdigit():
-                    hint = f"; column {spec.text_column} holds {text!r}: are the label and text columns swapped? {_swap_hint(spec)}"
-                elif first is None:
-                    hint = "; is it a header row? remove it"
-                else:
-                    hint = ""
-                raise CorpusReadError(
-                    f"{path}:{number}: label {label!r} is not an id 0..{len(names) - 1} of {spec.label_names}{hint}"
-                ) from exc
+            label = _named_label(label, text, names, spec, where=f"{path}:{number}", first_row=first is None)
         if not label or not text:
             raise CorpusReadError(f"{path}:{number}: empty label or text")
         first = first or (number, label, text)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from jingpai.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 TSV_FILE = "dictionary.tsv"
@@ -37,7 +39,7 @@ MIN_USERDICT_FREQ = 1000
 _WHITESPACE = re.compile("[\t\n\r ]")
 
 
-class DictionaryError(ValueError):
+class DictionaryError(UserError, ValueError):
     """A dictionary directory or file is missing or malformed (the message names the file and line)."""
 
 

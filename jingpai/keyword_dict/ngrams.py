@@ -263,6 +263,20 @@ def _sort_groups(keys: np.ndarray, positions: np.ndarray, bound: int, position_b
     return positions[order], keys, _runs(keys) if keys.shape[0] else np.zeros(0, np.intp)
 
 
+def _unit_keys(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(positions, keys, key bound)`` of level 1: a Han unit is its code point; Latin runs (huge hashed
+    ids) get small ids above those."""
+    pos = np.flatnonzero(ids)
+    keys = ids[pos]
+    runs = keys >= RUN_BASE
+    bound = RUN_BASE
+    if runs.any():
+        run_ids = distinct(keys[runs])
+        keys[runs] = RUN_BASE + np.searchsorted(run_ids, keys[runs])
+        bound += run_ids.shape[0]
+    return pos, keys, bound
+
+
 def rank_levels(ids: np.ndarray, top: int, *, min_count: int = 1) -> list[Ranked]:
     """The distinct n-grams (``n = 1 … top``; index 0 unused) of one encoded chunk, by position.
 
@@ -280,15 +294,7 @@ def rank_levels(ids: np.ndarray, top: int, *, min_count: int = 1) -> list[Ranked
     """
     size = ids.shape[0]
     position_bits = max(1, (size - 1).bit_length())
-    # level 1: a Han unit is its code point; Latin runs (huge hashed ids) get small ids above those
-    pos = np.flatnonzero(ids)
-    keys = ids[pos]
-    runs = keys >= RUN_BASE
-    bound = RUN_BASE
-    if runs.any():
-        run_ids = distinct(keys[runs])
-        keys[runs] = RUN_BASE + np.searchsorted(run_ids, keys[runs])
-        bound += run_ids.shape[0]
+    pos, keys, bound = _unit_keys(ids)
     empty = np.zeros(0, np.intp)
     levels: list[Ranked] = [Ranked(np.zeros(0, np.int32), np.zeros(0, np.int64), empty, empty, empty)]
     last_unit = frequent = None

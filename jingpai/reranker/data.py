@@ -40,6 +40,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
 
+from jingpai.errors import UserError
+from jingpai.textio import numbered_lines
+
 logger = logging.getLogger(__name__)
 
 DataFormat = Literal["auto", "pairs", "pawsx", "stsb", "nli", "sohu", "qa", "microblog"]
@@ -54,7 +57,7 @@ QA_FILES = ("a.toks", "b.toks", "sim.txt", "id.txt")
 NLI_LABELS: dict[str, float | None] = {"entailment": 1.0, "contradiction": 0.0, "neutral": None}
 
 
-class DataFormatError(ValueError):
+class DataFormatError(UserError, ValueError):
     """A data file is missing, malformed, or of an unknown format."""
 
 
@@ -101,9 +104,11 @@ def _number(text: str, where: str, what: str) -> float:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            yield number, line.rstrip("\r\n")
+    """``(line number, text)`` of each line; a line that is not UTF-8 raises :class:`DataFormatError`."""
+    for line in numbered_lines(path):
+        if line.error is not None:
+            raise DataFormatError(str(line.error)) from line.error
+        yield line.number, line.require()
 
 
 def _read_tsv(path: Path, fmt: str) -> Iterator[tuple[str, str, float, str | None]]:

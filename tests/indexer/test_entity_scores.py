@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from jingpai.engine.client import Engine
 from jingpai.commands.index import index as index_cli
-from jingpai.indexer.entity_scores import (
+from jingpai.jobs.entity_scores import (
     MIN_FEATURE,
     EntityScoreSettings,
     EntityScoringError,

@@ -53,7 +53,7 @@ class KwBertConfig(RerankerConfig):
         base: local HF BERT-architecture checkpoint folder.
         dictionary: folder of a saved :class:`~jingpai.keyword_dict.Dictionary` (read at creation;
             a saved model carries its own copy).
-        top_k_keywords: keywords taken per side (``extract_keywords(top_k=…)``).
+        top_k_keywords: keywords taken per side (``KeywordExtractor(top_k=…)``).
         max_label: top label value; graded labels become soft targets ``label / max_label``.
         dropout: dropout before the classifier.
     """
@@ -225,29 +225,20 @@ class KeywordBertReranker(Reranker):
         """Use ``dictionary`` for keywords from now on (and record its version)."""
         self.dictionary = dictionary
         self.keyword_dict_version = dictionary.version if dictionary is not None else None
-        self._segmenter = None
+        self._keywords = None
         if dictionary is None:
             logger.warning("kwbert has no keyword dictionary: the keyword layer falls back to all tokens of each side")
         else:
-            from jingpai.keyword_dict import Segmenter
+            from jingpai.keyword_dict import KeywordExtractor
 
-            self._segmenter = Segmenter(dictionary)
+            self._keywords = KeywordExtractor(dictionary, top_k=self.config.top_k_keywords)
 
     def keywords(self, text: str) -> list[str]:
         """The keywords of ``text`` the model uses (best first)."""
-        if self.dictionary is None:
-            return []
-        from jingpai.keyword_dict import extract_keywords
-
-        return [w for w, _ in extract_keywords(text, self.dictionary, top_k=self.config.top_k_keywords, segmenter=self._segmenter)]
+        return self._keywords.words(text) if self._keywords is not None else []
 
     def _keyword_spans(self, text: str) -> list[tuple[int, int]]:
-        words = self.keywords(text)
-        if not words:
-            return []
-        from jingpai.keyword_dict import keyword_spans
-
-        return list(keyword_spans(text, words))
+        return self._keywords.spans(text) if self._keywords is not None else []
 
     def featurize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         queries = [q for q, _ in pairs]

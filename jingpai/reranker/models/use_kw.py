@@ -202,14 +202,13 @@ class UseKeywordReranker(Reranker):
             logger.warning("use-kw has no keyword dictionary: the keyword layer falls back to all pieces of each side")
             self._keyword_mask = lambda text: tuple([False] * len(self._piece_spans(text)))
             return
-        from jingpai.keyword_dict import Segmenter, extract_keywords, keyword_spans
+        from jingpai.keyword_dict import KeywordExtractor
 
-        segmenter = Segmenter(dictionary)
+        keywords = KeywordExtractor(dictionary, top_k=self.config.top_k_keywords)
 
         @lru_cache(maxsize=200_000)  # training revisits every text once per epoch
         def keyword_mask(text: str) -> tuple[bool, ...]:
-            words = [w for w, _ in extract_keywords(text, dictionary, top_k=self.config.top_k_keywords, segmenter=segmenter)]
-            spans = keyword_spans(text, words) if words else []
+            spans = keywords.spans(text)
             return tuple(any(s < e_kw and e > s_kw for s_kw, e_kw in spans) for _, s, e in self._piece_spans(text))
 
         self._keyword_mask = keyword_mask

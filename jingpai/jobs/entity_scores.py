@@ -8,52 +8,46 @@ query-independent document side (``bertca``: :meth:`~jingpai.reranker.models.ber
 score all its entities against that encoding; any other model goes through ``predict`` pair by pair.
 
 The scores are written back with bulk partial ``update`` actions into the index's
-``jingpai.entity_scores`` field, whose shape :mod:`jingpai.indexer.mapping` chose when the index was
-built:
-
-- ``rank_features`` (engine with ``mapper-extras``): ``{"<entity>": score}`` — spaces and dots in the
-  entity become ``_`` (:func:`feature_key`), values are floored at :data:`MIN_FEATURE` because the
-  field stores strictly positive values only (with ~9 bits of mantissa precision);
-- ``nested`` (integ-test distributions): ``[{"entity": "<entity>", "score": score}, …]``.
-
-A plain ``_search`` sent straight to the engine then ranks by that relevance with the clause
-:func:`entity_query` builds (``rank_feature``, or ``nested`` + ``function_score`` / ``field_value_factor``,
-core features only, no scripts).
+``jingpai.entity_scores`` field, in the shape :mod:`jingpai.indexer.entities` describes; a plain
+``_search`` then ranks by that relevance with :func:`~jingpai.indexer.entities.entity_query`.
 
 Example:
     >>> engine = connect("http://127.0.0.1:9200")                                        # doctest: +SKIP
     >>> model = Reranker.load("runs/bertca")                                             # doctest: +SKIP
     >>> score_entities(engine, model, EntityScoreSettings(index="news"))                  # doctest: +SKIP
     >>> engine.search("news", {"query": entity_query(read_meta(engine, "news"), "万科")})  # doctest: +SKIP
+
+:data:`MIN_FEATURE`, :func:`encode_entity_scores`, :func:`entity_query` and :func:`feature_key` are
+re-exported from :mod:`jingpai.indexer.entities`.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, get_args
 
 import numpy as np
 
 from jingpai.engine.client import Engine
+from jingpai.errors import UserError
+from jingpai.indexer.bulk import batches
+from jingpai.indexer.entities import MIN_FEATURE, encode_entity_scores, entity_query, feature_key
 from jingpai.indexer.mapping import META_KEY, IndexMeta, read_meta
-from jingpai.indexer.pipeline import batches
 
 if TYPE_CHECKING:
-    from jingpai.keyword_dict import Dictionary
+    from jingpai.keyword_dict import Dictionary, KeywordExtractor
     from jingpai.reranker.base import Reranker
 
 logger = logging.getLogger(__name__)
 
 EntitySource = Literal["keywords", "title-keywords"]
 ENTITY_SOURCES: tuple[str, ...] = get_args(EntitySource)
-#: smallest value written to a ``rank_features`` field (the engine rejects zero and negative values)
-MIN_FEATURE = 1e-6
 
 
-class EntityScoringError(RuntimeError):
+class EntityScoringError(UserError, RuntimeError):
     """Entity scoring cannot run on this index (bad field choice, missing dictionary, engine failure)."""
 
 
@@ -121,71 +115,6 @@ class EntityScoreReport:
             f"{self.index}: read {self.documents} / updated {self.updated} / failed {len(self.failed)} / "
             f"{self.pairs} entity pairs ({path}) / skipped: {skipped} / {self.seconds:.1f} s"
         )
-
-
-def feature_key(entity: str) -> str:
-    """The ``rank_features`` key of ``entity`` (dots would become object paths, spaces are awkward in queries)."""
-    return entity.strip().replace(" ", "_").replace(".", "_")
-
-
-def encode_entity_scores(scores: dict[str, float], meta: IndexMeta) -> dict[str, float] | list[dict]:
-    """Entity scores in the shape the index's ``jingpai.entity_scores`` field stores them.
-
-    Args:
-        scores: ``{entity: relevance}``.
-        meta: the index's :class:`~jingpai.indexer.mapping.IndexMeta`.
-
-    Returns:
-        ``{feature_key: score ≥ MIN_FEATURE}`` for ``rank_features``; ``[{"entity", "score"}, …]`` for ``nested``.
-    """
-    if meta.entity_encoding == "rank_features":
-        return {feature_key(e): max(float(s), MIN_FEATURE) for e, s in scores.items() if feature_key(e)}
-    return [{"entity": e, "score": float(s)} for e, s in scores.items()]
-
-
-def entity_query(meta: IndexMeta, entity: str, *, boost: float = 1.0) -> dict:
-    """A query clause that matches documents scored for ``entity`` and scores them by that relevance.
-
-    Use it alone or as a ``should`` clause next to the text query of a plain engine ``_search``.
-
-    Args:
-        meta: the index's :class:`~jingpai.indexer.mapping.IndexMeta` (:func:`read_meta`).
-        entity: the query entity (as written by :func:`score_entities`).
-        boost: weight of the clause.
-
-    Returns:
-        ``rank_features`` indices: ``{"rank_feature": {"field": "jingpai.entity_scores.<entity>"}}`` (saturation
-        function, monotonic in the stored score). ``nested`` indices: a ``nested`` query whose inner
-        ``function_score`` keeps the entity's row and replaces its score with ``field_value_factor`` on
-        ``jingpai.entity_scores.score`` — so ``_score`` is the stored relevance × ``boost``.
-
-    Raises:
-        ValueError: ``entity`` is empty.
-
-    Example:
-        >>> meta = IndexMeta(text_fields=("title", "content"), dict_version=None,
-        ...                  weight_encoding="term_frequency", entity_encoding="nested")
-        >>> entity_query(meta, "万科")["nested"]["path"]
-        'jingpai.entity_scores'
-    """
-    if not entity or not entity.strip():
-        raise ValueError("entity must be a non-empty string")
-    if meta.entity_encoding == "rank_features":
-        return {"rank_feature": {"field": f"{meta.entity_field}.{feature_key(entity)}", "boost": boost}}
-    return {
-        "nested": {
-            "path": meta.entity_field,
-            "score_mode": "max",
-            "query": {
-                "function_score": {
-                    "query": {"term": {f"{meta.entity_field}.entity": entity.strip()}},
-                    "field_value_factor": {"field": f"{meta.entity_field}.score", "missing": 0},
-                    "boost_mode": "replace",
-                    "boost": boost,
-                }
-            },
-        }
-    }
 
 
 def _source_path(source: dict, dotted: str) -> object:
@@ -285,71 +214,12 @@ def score_entities(
     started = time.perf_counter()
     meta = read_meta(engine, settings.index)
     title_field, body_field = resolve_fields(meta, settings)
-    segmenter = None
-    if settings.entities == "title-keywords":
-        if dictionary is None:
-            raise EntityScoringError("entities='title-keywords' needs the keyword dictionary (--dict DIR)")
-        if meta.dict_version is not None and dictionary.version != meta.dict_version:
-            logger.warning(
-                "dictionary version %s differs from the one index %s was built with (%s); title keywords come from %s",
-                dictionary.version, settings.index, meta.dict_version, dictionary.version,
-            )
-        from jingpai.keyword_dict import Segmenter
-
-        segmenter = Segmenter(dictionary)
+    keywords = _title_keywords(meta, settings, dictionary)
     scorer = EntityScorer(model, batch_size=settings.model_batch_size)
-    report = EntityScoreReport(index=settings.index, precomputed=scorer.precomputed)
-    entity_field = meta.entity_field.split(".", 1)[1] if meta.entity_field.startswith(f"{META_KEY}.") else meta.entity_field
-
-    def skip(reason: str) -> None:
-        report.skipped[reason] = report.skipped.get(reason, 0) + 1
-
-    def entities_of(source: dict) -> list[str]:
-        if settings.entities == "keywords":
-            stored = _source_path(source, meta.keywords_field) or []
-            words = [stored] if isinstance(stored, str) else list(stored)
-        else:
-            from jingpai.keyword_dict import extract_keywords
-
-            title = source.get(title_field)
-            if not isinstance(title, str) or not title:
-                return []
-            words = [w for w, _ in extract_keywords(title, dictionary, top_k=settings.max_entities, segmenter=segmenter)]
-        seen = dict.fromkeys(w for w in words if isinstance(w, str) and w.strip())
-        return list(seen)[: settings.max_entities]
-
-    def actions() -> Iterator[dict]:
-        hits = engine.scan(settings.index, source=[title_field, body_field, meta.keywords_field, meta.entity_field])
-        for chunk in batches(hits, settings.batch_size):
-            todo: list[tuple[dict, list[str], str]] = []
-            for hit in chunk:
-                report.documents += 1
-                source = hit.get("_source") or {}
-                body = source.get(body_field)
-                if not isinstance(body, str) or not body.strip():
-                    skip(f"no {body_field}")
-                    continue
-                entities = entities_of(source)
-                if not entities:
-                    skip("no entities")
-                    continue
-                todo.append((hit, entities, body))
-            scores = scorer.score([(entities, body) for _, entities, body in todo])
-            for (hit, entities, _), values in zip(todo, scores, strict=True):
-                report.pairs += len(entities)
-                encoded = encode_entity_scores(dict(zip(entities, values.tolist(), strict=True)), meta)
-                previous = _source_path(hit.get("_source") or {}, meta.entity_field)
-                if isinstance(previous, dict) and set(previous) - set(encoded):
-                    # a partial update merges objects key by key: clear stale rank_features first
-                    yield {"_op_type": "update", "_index": hit["_index"], "_id": hit["_id"],
-                           "doc": {META_KEY: {entity_field: None}}}
-                yield {"_op_type": "update", "_index": hit["_index"], "_id": hit["_id"],
-                       "doc": {META_KEY: {entity_field: encoded}}}
-            if settings.progress:
-                logger.info("entity scores: %d documents read, %d pairs scored", report.documents, report.pairs)
-
+    run = _ScoringRun(meta, settings, scorer, keywords=keywords, title_field=title_field, body_field=body_field)
+    hits = engine.scan(settings.index, source=[title_field, body_field, meta.keywords_field, meta.entity_field])
     written: set[str] = set()
-    for ok, item in engine.bulk(actions(), chunk_size=settings.batch_size):
+    for ok, item in engine.bulk(run.actions(hits), chunk_size=settings.batch_size):
         (op,) = item.values()
         doc_id = str(op.get("_id"))
         if ok:
@@ -357,13 +227,94 @@ def score_entities(
         else:
             err = op.get("error") or {}
             reason = f"{err.get('type', 'error')}: {err.get('reason', '')}" if isinstance(err, dict) else str(err)
-            report.failed[doc_id] = reason
+            run.report.failed[doc_id] = reason
             logger.warning("engine rejected the entity-score update of document %s: %s", doc_id, reason)
-    report.updated = len(written - set(report.failed))
+    run.report.updated = len(written - set(run.report.failed))
     for physical in sorted(engine.get_mapping(settings.index)):
         engine.refresh(physical)
-    report.seconds = time.perf_counter() - started
-    return report
+    run.report.seconds = time.perf_counter() - started
+    return run.report
+
+
+def _title_keywords(meta: IndexMeta, settings: EntityScoreSettings, dictionary: Dictionary | None) -> KeywordExtractor | None:
+    """The extractor of title entities for ``entities="title-keywords"`` (``None`` for ``keywords``)."""
+    if settings.entities != "title-keywords":
+        return None
+    if dictionary is None:
+        raise EntityScoringError("entities='title-keywords' needs the keyword dictionary (--dict DIR)")
+    if meta.dict_version is not None and dictionary.version != meta.dict_version:
+        logger.warning(
+            "dictionary version %s differs from the one index %s was built with (%s); title keywords come from %s",
+            dictionary.version, settings.index, meta.dict_version, dictionary.version,
+        )
+    from jingpai.keyword_dict import KeywordExtractor
+
+    return KeywordExtractor(dictionary, top_k=settings.max_entities)
+
+
+class _ScoringRun:
+    """One :func:`score_entities` run: which entities each document has, and the update actions."""
+
+    def __init__(
+        self, meta: IndexMeta, settings: EntityScoreSettings, scorer: EntityScorer, *, keywords: KeywordExtractor | None,
+        title_field: str, body_field: str,
+    ) -> None:
+        self.meta = meta
+        self.settings = settings
+        self.scorer = scorer
+        self.keywords = keywords
+        self.title_field = title_field
+        self.body_field = body_field
+        self.report = EntityScoreReport(index=settings.index, precomputed=scorer.precomputed)
+        field_name = meta.entity_field
+        self.entity_key = field_name.split(".", 1)[1] if field_name.startswith(f"{META_KEY}.") else field_name
+
+    def skip(self, reason: str) -> None:
+        self.report.skipped[reason] = self.report.skipped.get(reason, 0) + 1
+
+    def entities_of(self, source: dict) -> list[str]:
+        """The document's entities, best first, at most ``max_entities``."""
+        if self.keywords is None:
+            stored = _source_path(source, self.meta.keywords_field) or []
+            words = [stored] if isinstance(stored, str) else list(stored)
+        else:
+            title = source.get(self.title_field)
+            if not isinstance(title, str) or not title:
+                return []
+            words = self.keywords.words(title)
+        seen = dict.fromkeys(w for w in words if isinstance(w, str) and w.strip())
+        return list(seen)[: self.settings.max_entities]
+
+    def actions(self, hits: Iterable[dict]) -> Iterator[dict]:
+        """Bulk partial ``update`` actions writing the entity scores of ``hits``, one model batch at a time."""
+        for chunk in batches(hits, self.settings.batch_size):
+            yield from self._batch_actions(chunk)
+            if self.settings.progress:
+                logger.info("entity scores: %d documents read, %d pairs scored", self.report.documents, self.report.pairs)
+
+    def _batch_actions(self, chunk: list[dict]) -> Iterator[dict]:
+        todo: list[tuple[dict, list[str], str]] = []
+        for hit in chunk:
+            self.report.documents += 1
+            source = hit.get("_source") or {}
+            body = source.get(self.body_field)
+            if not isinstance(body, str) or not body.strip():
+                self.skip(f"no {self.body_field}")
+                continue
+            entities = self.entities_of(source)
+            if not entities:
+                self.skip("no entities")
+                continue
+            todo.append((hit, entities, body))
+        scores = self.scorer.score([(entities, body) for _, entities, body in todo])
+        for (hit, entities, _), values in zip(todo, scores, strict=True):
+            self.report.pairs += len(entities)
+            encoded = encode_entity_scores(dict(zip(entities, values.tolist(), strict=True)), self.meta)
+            previous = _source_path(hit.get("_source") or {}, self.meta.entity_field)
+            if isinstance(previous, dict) and set(previous) - set(encoded):
+                # a partial update merges objects key by key: clear stale rank_features first
+                yield {"_op_type": "update", "_index": hit["_index"], "_id": hit["_id"], "doc": {META_KEY: {self.entity_key: None}}}
+            yield {"_op_type": "update", "_index": hit["_index"], "_id": hit["_id"], "doc": {META_KEY: {self.entity_key: encoded}}}
 
 
 __all__ = [

@@ -1,0 +1,132 @@
+"""What describes a local engine node: its settings, the record of a running one, and the harness's error.
+
+Used by :mod:`jingpai.engine.distributions` (which distribution to fetch) and :mod:`jingpai.engine.node`
+(which node to run); :mod:`jingpai.engine.harness` re-exports everything.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+from jingpai.errors import UnavailableError
+
+EngineKind = Literal["opensearch", "elasticsearch"]
+ENGINE_KINDS: tuple[EngineKind, ...] = ("opensearch", "elasticsearch")
+
+#: Maven coordinates (group:artifact) and default version of each engine's integ-test-zip.
+ARTIFACTS: dict[EngineKind, str] = {
+    "opensearch": "org.opensearch.distribution.integ-test-zip:opensearch",
+    "elasticsearch": "org.elasticsearch.distribution.integ-test-zip:elasticsearch",
+}
+DEFAULT_VERSIONS: dict[EngineKind, str] = {"opensearch": "2.19.6", "elasticsearch": "8.19.21"}
+#: Default HTTP ports: different per kind so both engines can run side by side.
+DEFAULT_PORTS: dict[EngineKind, int] = {"opensearch": 9200, "elasticsearch": 9201}
+ENGINE_USER = "jingpai-engine"
+
+
+class EngineError(UnavailableError, RuntimeError):
+    """The engine could not be obtained, started, reached or stopped; the message names the fix."""
+
+
+def default_cache_dir() -> Path:
+    """Where distributions and instance directories live.
+
+    ``JINGPAI_CACHE_DIR`` wins; otherwise ``~/.cache/jingpai/engines`` for a normal user, and
+    ``/var/cache/jingpai/engines`` for root (root's home is not readable by the engine user).
+    """
+    env = os.environ.get("JINGPAI_CACHE_DIR")
+    if env:
+        return Path(env).expanduser() / "engines"
+    if os.geteuid() == 0:
+        return Path("/var/cache/jingpai/engines")
+    return Path.home() / ".cache" / "jingpai" / "engines"
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How to run one local engine node.
+
+    Args:
+        kind: ``opensearch`` or ``elasticsearch``.
+        version: distribution version on Maven Central; ``None`` picks the tested default.
+        port: HTTP port on 127.0.0.1; ``None`` picks the kind's default (9200 / 9201).
+        heap: JVM heap, e.g. ``512m``.
+        cache_dir: distributions and instance directories; ``None`` → :func:`default_cache_dir`.
+        startup_timeout_s: how long :func:`start` waits for the cluster to answer.
+    """
+
+    kind: EngineKind = "opensearch"
+    version: str | None = None
+    port: int | None = None
+    heap: str = "512m"
+    cache_dir: Path | None = None
+    startup_timeout_s: float = 180.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ENGINE_KINDS:
+            raise ValueError(f"unknown engine kind {self.kind!r}; expected one of {', '.join(ENGINE_KINDS)}")
+
+    @property
+    def resolved_version(self) -> str:
+        return self.version or DEFAULT_VERSIONS[self.kind]
+
+    @property
+    def resolved_port(self) -> int:
+        return self.port or DEFAULT_PORTS[self.kind]
+
+    @property
+    def root(self) -> Path:
+        return (self.cache_dir or default_cache_dir()).resolve()
+
+    @property
+    def home(self) -> Path:
+        """The unpacked distribution."""
+        return self.root / "dist" / f"{self.kind}-{self.resolved_version}"
+
+    @property
+    def instance_dir(self) -> Path:
+        return self.root / "run" / f"{self.kind}-{self.resolved_port}"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.resolved_port}"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A running (or recorded) node."""
+
+    kind: EngineKind
+    version: str
+    url: str
+    pid: int
+    instance_dir: Path
+    log_file: Path
+    alive: bool = True
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def port(self) -> int:
+        """The node's HTTP port on 127.0.0.1."""
+        port = urlsplit(self.url).port
+        if port is None:
+            raise EngineError(f"node URL {self.url!r} in {self.instance_dir} names no port")
+        return port
+
+
+__all__ = [
+    "ARTIFACTS",
+    "DEFAULT_PORTS",
+    "DEFAULT_VERSIONS",
+    "ENGINE_KINDS",
+    "ENGINE_USER",
+    "EngineError",
+    "EngineKind",
+    "EngineSettings",
+    "NodeInfo",
+    "default_cache_dir",
+]

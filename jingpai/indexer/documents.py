@@ -1,0 +1,140 @@
+"""Source records → engine documents: the text fields checked, segmented and given their keywords.
+
+A :class:`DocumentBuilder` turns the fields of one record into the JSON document the bulk request
+carries, with the ``jingpai`` fields :mod:`jingpai.indexer.mapping` owns (segmented text, keywords,
+keyword weights), or raises :class:`Rejection` with the reason the record is quarantined for (no text
+field, a reserved or invalid field, a bad id, invalid Unicode, a document over ``max_doc_bytes``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from itertools import chain
+from typing import TYPE_CHECKING
+
+from jingpai.errors import UserError
+from jingpai.indexer.mapping import META_KEY, IndexMeta, encode_weights
+
+if TYPE_CHECKING:
+    from jingpai.indexer.pipeline import IndexSettings
+    from jingpai.keyword_dict import Dictionary, KeywordExtractor, Segmenter
+
+
+class Rejection(UserError, ValueError):
+    """A record that cannot become a document; the message is the quarantine reason.
+
+    Args:
+        reason: the quarantine reason.
+        kind: the reason without its specifics, for grouping (default: the text before the first ``:``).
+    """
+
+    def __init__(self, reason: str, *, kind: str | None = None) -> None:
+        super().__init__(reason)
+        self.kind = kind or reason.split(":")[0]
+
+
+class DocumentBuilder:
+    """Turns source records into engine documents with the fields :mod:`jingpai.indexer.mapping` owns."""
+
+    def __init__(
+        self,
+        settings: IndexSettings,
+        meta: IndexMeta,
+        *,
+        dictionary: Dictionary | None = None,
+        segmenter: Segmenter,
+    ) -> None:
+        self.settings = settings
+        self.meta = meta
+        self.dictionary = dictionary
+        self.segmenter = segmenter
+        self.keywords = None if dictionary is None else _extractor(dictionary, settings.keywords_top_k, segmenter)
+
+    def doc_id(self, fields: dict) -> str:
+        id_field = self.settings.id_field
+        if id_field is None:
+            canonical = json.dumps(fields, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+            return hashlib.sha1(canonical.encode("utf-8")).hexdigest()
+        value = fields.get(id_field)
+        if value is None or value == "":
+            raise Rejection(f"missing id field {id_field!r}")
+        if not isinstance(value, (str, int)) or isinstance(value, bool):
+            raise Rejection(f"id field {id_field!r} must be a string or integer, got {type(value).__name__}")
+        return str(value)
+
+    def build(self, fields: dict) -> tuple[str, dict]:
+        """``(id, document)`` or :class:`Rejection`."""
+        doc_id, document, _ = self._build(fields)
+        return doc_id, document
+
+    def build_json(self, fields: dict, *, record_bytes: int | None = None) -> tuple[str, str]:
+        """``(id, document as JSON)`` or :class:`Rejection`: :meth:`build` serialised once, the form the
+        size limit is checked on and the bulk request carries (the clients pass JSON strings through).
+        ``record_bytes``: the record's size in its file, quoted when the document is over the limit."""
+        doc_id, _, source = self._build(fields, record_bytes)
+        return doc_id, source
+
+    def _build(self, fields: dict, record_bytes: int | None = None) -> tuple[str, dict, str]:
+        try:
+            return self._augment(fields, record_bytes)
+        except UnicodeEncodeError as exc:
+            # JSON escapes can smuggle in lone surrogates ("\ud800"), which neither the segmenter nor
+            # the engines accept as text
+            raise _bad_unicode(fields) from exc
+
+    def _augment(self, fields: dict, record_bytes: int | None) -> tuple[str, dict, str]:
+        if META_KEY in fields:
+            raise Rejection(f"field {META_KEY!r} is reserved for jingpai's own fields")
+        texts: dict[str, str] = {}
+        for name in self.settings.text_fields:
+            value = fields.get(name)
+            if value is None or value == "":
+                continue
+            if not isinstance(value, str):
+                raise Rejection(f"text field {name!r} must be a string, got {type(value).__name__}")
+            texts[name] = value
+        if not texts:
+            raise Rejection(f"missing text field: none of {', '.join(self.settings.text_fields)} is present and non-empty")
+        doc_id = self.doc_id(fields)
+        tokens = {name: self.segmenter.cut(text) for name, text in texts.items()}
+        extra: dict = {"seg": {name: " ".join(toks) for name, toks in tokens.items()}}
+        if self.keywords is not None:
+            # the segmentation just made is reused: cutting the text again would double the CPU cost
+            weights = dict(self.keywords.weighted_tokens(chain.from_iterable(tokens.values())))
+            extra["keywords"] = list(weights)
+            encoded = encode_weights(weights, self.meta.weight_encoding)
+            if encoded:
+                extra["kw"] = encoded
+        else:
+            extra["keywords"] = []
+        document = {**fields, META_KEY: extra}
+        source = json.dumps(document, ensure_ascii=False)
+        size = len(source.encode("utf-8"))
+        if size > self.settings.max_doc_bytes:
+            record = record_bytes if record_bytes is not None else len(json.dumps(fields, ensure_ascii=False).encode("utf-8"))
+            raise Rejection(
+                f"document is {size} bytes with jingpai's fields (the record alone is {record} bytes), over the limit of "
+                f"{self.settings.max_doc_bytes} (--max-doc-bytes)",
+                kind="document over --max-doc-bytes",
+            )
+        return doc_id, document, source
+
+
+def _extractor(dictionary: Dictionary, top_k: int, segmenter: Segmenter) -> KeywordExtractor:
+    from jingpai.keyword_dict import KeywordExtractor  # imported when needed: it loads the segmenter's backend
+
+    return KeywordExtractor(dictionary, top_k=top_k, segmenter=segmenter)
+
+
+def _bad_unicode(fields: dict) -> Rejection:
+    for name, value in fields.items():
+        text = json.dumps(value, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return Rejection(f"field {name!r} is not valid Unicode text: lone surrogate {text[exc.start:exc.end]!r}")
+    return Rejection("document is not valid Unicode text: lone surrogate")
+
+
+__all__ = ["DocumentBuilder", "Rejection"]
