@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, get_args
 
+from jingpai.errors import UserError
 from jingpai.engine.client import Engine
 from jingpai.reranker.data import LabeledPair
 
@@ -41,7 +42,7 @@ Strategy = Literal["keyword", "random"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
 
 
-class NegativeSamplingError(ValueError):
+class NegativeSamplingError(UserError, ValueError):
     """Bad sampling settings or inputs (the message names the value and what was expected)."""
 
 

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from jingpai.cjk import HAN_CLASS
+from jingpai.errors import UserError
 
 from jingpai.reranker.base import Pair, Reranker, RerankerConfig
 
@@ -52,7 +53,7 @@ _HAN_RUN = re.compile(rf"[{_HAN}]")
 _LATIN = re.compile(r"[^\W_]+(?:['.\-][^\W_]+)*")
 
 
-class VocabError(ValueError):
+class VocabError(UserError, ValueError):
     """A vocabulary or word-vector file is missing, malformed or does not fit the model."""
 
 
