@@ -196,8 +196,8 @@ class BertCAReranker(Reranker):
 
     Example:
         >>> model = registry.create("bertca", base="/models/chinese-bert-wwm", decoder="bilstm")  # doctest: +SKIP
-        >>> encodings = model.encode_documents(["万科股权之争稍稍有些停息……"])                 # at index time
-        >>> model.predict_encoded(["东阿阿胶"], encodings)                                      # at query time
+        >>> encodings = model.encode_documents(["万科股权之争稍稍有些停息……"])  # index time  # doctest: +SKIP
+        >>> model.predict_encoded(["东阿阿胶"], encodings)                       # query time  # doctest: +SKIP
     """
 
     name = "bertca"
