@@ -1,4 +1,9 @@
-"""CLI: ``jingpai demo`` — engine, dictionary, index, reranker, gateway and the demo UI in one command."""
+"""CLI: ``jingpai demo`` — engine, dictionary, index, reranker, gateway and the demo UI in one command.
+
+The options come from :class:`~jingpai.jobs.demo_settings.DemoSettings` (environment variables
+``JINGPAI_DEMO_<OPTION>``; ``--data-dir`` and ``--cache-dir`` also read ``JINGPAI_DATA_DIR`` /
+``JINGPAI_CACHE_DIR``). Importing this module does not import torch.
+"""
 
 from __future__ import annotations
 
@@ -9,59 +14,50 @@ from pathlib import Path
 
 import click
 
+from jingpai.commands.base import JingpaiCommand
+from jingpai.commands.options import Opt, settings_from, settings_options
+from jingpai.jobs.demo_settings import DemoSettings
+
 logger = logging.getLogger(__name__)
 
+#: how DemoSettings' fields look on the command line (defaults and types come from DemoSettings)
+DEMO_OPTIONS: dict[str, Opt] = {
+    "kind": Opt(help="Engine to start (ignored with --engine-url)."),
+    "engine_url": Opt(metavar="URL", help="Use this running Elasticsearch/OpenSearch instead of starting one."),
+    "engine_port": Opt(type=click.IntRange(1, 65535), help="Port of the started engine [default: 9200 / 9201 by kind]."),
+    "port": Opt(type=click.IntRange(0, 65535), help="Gateway + UI port (0: a free one)."),
+    "reranker_port": Opt(type=click.IntRange(0, 65535), help="Reranker service port (0: a free one)."),
+    "host": Opt(help="Interface the gateway and reranker listen on."),
+    "corpus": Opt(type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                  help="Corpus to index (JSONL/CSV/TSV with title/content) [default: <data dir>/zh/cnews_sample/docs.tsv, "
+                       "else the shipped demo corpus]."),
+    "data_dir": Opt(type=click.Path(file_okay=False, path_type=Path), env_aliases=("JINGPAI_DATA_DIR",),
+                    help="Shared data folder (THUCNews titles, cnews sample) [default: ../shared/data]."),
+    "cache_dir": Opt(type=click.Path(file_okay=False, path_type=Path), env_aliases=("JINGPAI_CACHE_DIR",),
+                     help="Dictionaries, converted corpora, trained models and engines [default: ~/.cache/jingpai, "
+                          "/var/cache/jingpai as root]."),
+    "model_dir": Opt(flag="--model", type=click.Path(exists=True, file_okay=False, path_type=Path),
+                     help="Serve this saved jingpai reranker instead of training the demo model."),
+    "rerank_model": Opt(flag="--no-rerank-model", negate=True, help="Start without a reranker (the UI shows the fail-open banner)."),
+    "index": Opt(help="Alias of the main demo index."),
+    "train_budget_s": Opt(type=click.FloatRange(min=10), help="Wall-clock budget of the first-run model training."),
+    "threads": Opt(type=click.IntRange(min=1), help="Torch threads for training and serving."),
+}
 
-@click.command("demo")
-@click.option("--kind", type=click.Choice(["opensearch", "elasticsearch"]), default="opensearch", show_default=True,
-              help="Engine to start (ignored with --engine-url).")
-@click.option("--engine-url", envvar="JINGPAI_DEMO_ENGINE_URL", metavar="URL",
-              help="Use this running Elasticsearch/OpenSearch instead of starting one.")
-@click.option("--engine-port", type=click.IntRange(1, 65535), default=None, help="Port of the started engine [default: 9200 / 9201 by kind].")
-@click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True, help="Gateway + UI port (0: a free one).")
-@click.option("--reranker-port", type=click.IntRange(0, 65535), default=8081, show_default=True, help="Reranker service port (0: a free one).")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Interface the gateway and reranker listen on.")
-@click.option("--corpus", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Corpus to index (JSONL/CSV/TSV with title/content) [default: <data dir>/zh/cnews_sample/docs.tsv, else the shipped demo corpus].")
-@click.option("--data-dir", envvar="JINGPAI_DATA_DIR", type=click.Path(file_okay=False, path_type=Path),
-              help="Shared data folder (THUCNews titles, cnews sample) [default: ../shared/data].")
-@click.option("--cache-dir", envvar="JINGPAI_CACHE_DIR", type=click.Path(file_okay=False, path_type=Path),
-              help="Dictionaries, converted corpora, trained models and engines [default: ~/.cache/jingpai, /var/cache/jingpai as root].")
-@click.option("--model", "model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
-              help="Serve this saved jingpai reranker instead of training the demo model.")
-@click.option("--no-rerank-model", is_flag=True, help="Start without a reranker (the UI shows the fail-open banner).")
-@click.option("--index", default="jingpai-demo", show_default=True, help="Alias of the main demo index.")
-@click.option("--train-budget-s", type=click.FloatRange(min=10), default=150.0, show_default=True,
-              help="Wall-clock budget of the first-run model training.")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Torch threads for training and serving.")
-def demo(kind: str, engine_url: str | None, engine_port: int | None, port: int, reranker_port: int, host: str, corpus: Path | None,
-         data_dir: Path | None, cache_dir: Path | None, model_dir: Path | None, no_rerank_model: bool, index: str,
-         train_budget_s: float, threads: int | None) -> None:
+
+@click.command("demo", cls=JingpaiCommand)
+@settings_options("demo", DemoSettings, DEMO_OPTIONS)
+def demo(**values) -> None:
     """Start engine, dictionary, index, reranker and gateway, and print the UI URL; Ctrl-C stops everything.
 
     The first run downloads the engine with Maven and trains a small reranker (a few minutes on 2 CPU
     cores); later runs reuse both from the cache dir.
     """
-    from jingpai.ui.demo import DemoError, DemoSettings, run_demo
+    from jingpai.jobs.demo import run_demo
 
     try:
-        settings = DemoSettings(
-            kind=kind,  # type: ignore[arg-type]  # click.Choice keeps it in the Literal
-            engine_url=engine_url,
-            engine_port=engine_port,
-            host=host,
-            port=port,
-            reranker_port=reranker_port,
-            corpus=corpus,
-            data_dir=data_dir,
-            cache_dir=cache_dir,
-            model_dir=model_dir,
-            rerank_model=not no_rerank_model,
-            index=index,
-            train_budget_s=train_budget_s,
-            threads=threads,
-        )
-    except ValueError as exc:
+        settings = settings_from(DemoSettings, values, DEMO_OPTIONS)
+    except ValueError as exc:  # DemoSettings' checks (e.g. --port equal to --reranker-port)
         raise click.ClickException(str(exc)) from exc
 
     _quiet_libraries()
@@ -77,8 +73,6 @@ def demo(kind: str, engine_url: str | None, engine_port: int | None, port: int, 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         run_demo(settings, stop=stop, echo=lambda msg: click.echo(msg, err=False), on_ready=lambda _stack: ready.set())
-    except DemoError as exc:
-        raise click.ClickException(str(exc)) from exc
     except KeyboardInterrupt:
         click.echo("interrupted during start-up; everything started so far was stopped", err=True)
         raise SystemExit(130) from None
@@ -97,4 +91,4 @@ def _quiet_libraries() -> None:
     hf_logging.disable_progress_bar()
 
 
-__all__ = ["demo"]
+__all__ = ["DEMO_OPTIONS", "demo"]

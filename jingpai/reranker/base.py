@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from jingpai import __version__
+from jingpai.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ class RankResult(TypedDict, total=False):
     text: str
 
 
-class ModelLoadError(RuntimeError):
+class ModelLoadError(UserError, RuntimeError):
     """A saved model directory is missing, incomplete or names an unknown architecture."""
 
 

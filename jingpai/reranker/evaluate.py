@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from jingpai.errors import UserError
 from jingpai.reranker.data import LabeledPair
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ DEFAULT_CUTOFFS: tuple[int, ...] = (1, 3, 5, 10)
 RANKING_METRICS = ("MAP", "MRR", "nDCG@10")
 
 
-class EvaluationError(ValueError):
+class EvaluationError(UserError, ValueError):
     """Inputs to an evaluation do not fit together (lengths, empty data, unreadable TREC files)."""
 
 
@@ -113,8 +114,6 @@ def evaluate_scores(
     Raises:
         EvaluationError: no pairs, or the number of scores differs from the number of pairs.
     """
-    from ir_measures import Qrel, ScoredDoc
-
     values = np.asarray(scores, dtype=np.float64)
     if len(pairs) == 0:
         raise EvaluationError("nothing to evaluate: the data has no pairs")
@@ -122,6 +121,15 @@ def evaluate_scores(
         raise EvaluationError(f"got {values.shape[0] if values.ndim else 0} scores for {len(pairs)} pairs; expected one per pair")
     labels = np.array([p.label for p in pairs], dtype=np.float64)
     gold = labels >= relevant_min
+    result = _pair_metrics(values, gold, threshold)
+    ranking, queries, skipped = _query_metrics(pairs, values, labels, gold, cutoffs)
+    result.update(ranking)
+    result.update({"pairs": float(len(pairs)), "queries": float(queries), "skipped_queries": float(skipped)})
+    return result
+
+
+def _pair_metrics(values: np.ndarray, gold: np.ndarray, threshold: float) -> dict[str, float]:
+    """Per-pair metrics: accuracy (overall and per class), F1 and AUC of thresholded ``values``."""
     predicted = values > threshold
     result: dict[str, float] = {"accuracy": float((predicted == gold).mean())}
     result["accuracy_pos"] = float(predicted[gold].mean()) if gold.any() else float("nan")
@@ -129,6 +137,14 @@ def evaluate_scores(
     true_pos = float((predicted & gold).sum())
     result["F1"] = 2 * true_pos / float(predicted.sum() + gold.sum()) if (predicted.sum() + gold.sum()) else float("nan")
     result["AUC"] = roc_auc(values, gold)
+    return result
+
+
+def _query_metrics(
+    pairs: Sequence[LabeledPair], values: np.ndarray, labels: np.ndarray, gold: np.ndarray, cutoffs: Sequence[int]
+) -> tuple[dict[str, float], int, int]:
+    """Ranking metrics over the pairs grouped by query, the number of queries ranked and of those skipped."""
+    from ir_measures import Qrel, ScoredDoc
 
     groups: dict[str, list[int]] = defaultdict(list)
     for i, pair in enumerate(pairs):
@@ -152,12 +168,11 @@ def evaluate_scores(
     if skipped:
         logger.info("skipped %d of %d queries without a relevant candidate for ranking metrics", skipped, len(groups))
     if qrels:
-        result.update(_ranking(qrels, run, cutoffs))
+        ranking = _ranking(qrels, run, cutoffs)
     else:
         logger.warning("no query has a relevant candidate: ranking metrics are NaN")
-        result.update({name: float("nan") for name in _measures(cutoffs)})
-    result.update({"pairs": float(len(pairs)), "queries": float(len(groups) - skipped), "skipped_queries": float(skipped)})
-    return result
+        ranking = {name: float("nan") for name in _measures(cutoffs)}
+    return ranking, len(groups) - skipped, skipped
 
 
 def evaluate_model(

@@ -42,13 +42,15 @@ from typing import Any, Literal
 
 import numpy as np
 
+from jingpai.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 FusionMode = Literal["replace", "linear", "rrf"]
 FUSION_MODES: tuple[str, ...] = ("replace", "linear", "rrf")
 
 
-class FusionError(ValueError):
+class FusionError(UserError, ValueError):
     """A fusion parameter or input is invalid (the message names the value and what was expected)."""
 
 

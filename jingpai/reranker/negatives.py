@@ -1,24 +1,25 @@
-"""Negative sampling for matching models (keyword-attentive-bert.txt §3.3; MODEL_NOTES §1).
+"""Negative sampling for matching models, the engine-free part (keyword-attentive-bert.txt §3.3; MODEL_NOTES §1):
+the settings and result types, keyword overlap, entity replacement and the ``random`` strategy.
 
-``keyword`` strategy — for each query q:
+The ``keyword`` strategy retrieves candidates from a real engine and lives in
+:mod:`jingpai.jobs.negatives` (which spans the engine and the reranker); its rule:
 
 1. retrieve candidates from a real engine with the keyword-augmented query ``q + " " + keywords(q)``;
 2. ``Sim(q, q)`` is the engine score of q itself (the hit whose text equals q; when q is not indexed,
    the top score stands in for it, which is logged);
 3. keep candidate Q as a negative when ``Sim(q, Q) / Sim(q, q) < alpha`` AND the keyword overlap
    ``|K(q) ∩ K(Q)| / |K(q) ∪ K(Q)| > beta`` (α 0.6, β 0.2 by default) — similar-looking but not the same;
-4. plus entity replacement: for a share ``replace_ratio`` of the queries, swap one keyword of q for
-   another word of the same dictionary domain (中国 → 美国) to make a near-duplicate negative.
+4. plus entity replacement (:func:`replace_entity`): for a share ``replace_ratio`` of the queries, swap one
+   keyword of q for another word of the same dictionary domain (中国 → 美国) to make a near-duplicate negative.
 
-``random`` strategy — ``per_query`` texts drawn uniformly from the candidate pool, the usual baseline.
+``random`` strategy (:func:`random_negatives`) — ``per_query`` texts drawn uniformly from the candidate
+pool, the usual baseline. :func:`entity_negatives` makes replacement negatives for training without an engine.
 
 Known positives (and q itself) are never emitted as negatives.
 
 Example:
-    >>> engine = connect("http://127.0.0.1:9200")                                     # doctest: +SKIP
-    >>> result = sample_negatives(queries, engine=engine, index="questions", dictionary=d,
-    ...                           settings=NegativeSettings(field="text"))            # doctest: +SKIP
-    >>> write_pairs(positives + result.pairs, "train_with_negatives.tsv")             # doctest: +SKIP
+    >>> keyword_overlap(["花呗", "还款"], ["花呗", "分期"])
+    0.3333333333333333
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, get_args
 
-from jingpai.engine.client import Engine
+from jingpai.errors import UserError
 from jingpai.reranker.data import LabeledPair
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ Strategy = Literal["keyword", "random"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
 
 
-class NegativeSamplingError(ValueError):
+class NegativeSamplingError(UserError, ValueError):
     """Bad sampling settings or inputs (the message names the value and what was expected)."""
 
 
@@ -119,30 +120,11 @@ def augmented_query(text: str, keywords: Sequence[str]) -> str:
     return " ".join([text, *keywords]) if keywords else text
 
 
-def _keywords(text: str, dictionary: Dictionary, segmenter: Segmenter, top_k: int) -> list[str]:
+def text_keywords(text: str, dictionary: Dictionary, segmenter: Segmenter, top_k: int) -> list[str]:
+    """The ``top_k`` dictionary keywords of ``text``, best first."""
     from jingpai.keyword_dict import extract_keywords
 
     return [w for w, _ in extract_keywords(text, dictionary, top_k=top_k, segmenter=segmenter)]
-
-
-def _hit_text(hit: dict, field_name: str) -> str | None:
-    value = (hit.get("_source") or {}).get(field_name)
-    if isinstance(value, list):
-        value = value[0] if value else None
-    return value if isinstance(value, str) else None
-
-
-def retrieve(engine: Engine, index: str, text: str, *, field_name: str, size: int) -> list[tuple[str, float]]:
-    """``[(candidate text, engine score)]`` for a match query on ``field_name``, best first."""
-    body = {"query": {"match": {field_name: text}}, "size": size, "_source": [field_name]}
-    hits = engine.search(index, body)["hits"]["hits"]
-    out = []
-    for hit in hits:
-        candidate = _hit_text(hit, field_name)
-        if candidate is None:
-            raise NegativeSamplingError(f"index {index!r} hit {hit.get('_id')!r} has no text field {field_name!r}; pass the field holding the text")
-        out.append((candidate, float(hit["_score"])))
-    return out
 
 
 def replace_entity(
@@ -190,117 +172,44 @@ def entity_negatives(
     for pair in positives:
         if rng.random() >= ratio:
             continue
-        swapped = replace_entity(pair.document, _keywords(pair.document, dictionary, segmenter, top_k_keywords), dictionary, rng)
+        swapped = replace_entity(pair.document, text_keywords(pair.document, dictionary, segmenter, top_k_keywords), dictionary, rng)
         if swapped is not None and swapped[0] != pair.query:
             out.append(LabeledPair(pair.query, swapped[0], 0.0))
     logger.info("made %d entity-replacement negatives from %d positive pairs", len(out), len(positives))
     return out
 
 
-def sample_negatives(
+def random_negatives(
     queries: Sequence[str],
+    pool: Sequence[str],
     *,
-    engine: Engine | None = None,
-    index: str | None = None,
-    dictionary: Dictionary | None = None,
     settings: NegativeSettings,
     positives: Mapping[str, set[str]] | None = None,
-    pool: Sequence[str] | None = None,
 ) -> NegativeResult:
-    """Label-0 pairs for ``queries`` by the chosen strategy.
+    """The ``random`` strategy: ``settings.per_query`` texts of ``pool`` drawn uniformly for each query.
 
-    Args:
-        queries: the queries to find negatives for (duplicates are processed once).
-        engine: engine holding the candidate index (``keyword`` strategy).
-        index: index or alias name to retrieve from (``keyword`` strategy).
-        dictionary: keyword dictionary (``keyword`` strategy: keywords, overlap and replacement).
-        settings: :class:`NegativeSettings`.
-        positives: ``{query: {known positive texts}}`` never to be emitted as negatives.
-        pool: candidate texts for the ``random`` strategy.
-
-    Returns:
-        :class:`NegativeResult` (pairs, records, stats).
+    Known positives and the query itself are never drawn; duplicate queries are processed once.
 
     Raises:
-        NegativeSamplingError: a required input for the strategy is missing.
+        NegativeSamplingError: ``pool`` is empty.
+
+    >>> r = random_negatives(["a", "b"], ["a", "b", "c"], settings=NegativeSettings(strategy="random", per_query=1))
+    >>> r.stats["queries"], len(r.pairs), all(p.query != p.document for p in r.pairs)
+    (2, 2, True)
     """
+    if not pool:
+        raise NegativeSamplingError("the random strategy needs a candidate pool of texts (pool=…)")
     known = positives or {}
     rng = random.Random(settings.seed)
     result = NegativeResult(stats={"queries": 0})
-    unique = list(dict.fromkeys(queries))
-    if settings.strategy == "random":
-        if not pool:
-            raise NegativeSamplingError("the random strategy needs a candidate pool of texts (pool=…)")
-        candidates = list(dict.fromkeys(pool))
-        for q in unique:
-            result.stats["queries"] += 1
-            banned = known.get(q, set()) | {q}
-            allowed = [c for c in candidates if c not in banned]
-            for doc in rng.sample(allowed, min(settings.per_query, len(allowed))):
-                result.add(NegativeRecord(q, doc, "random"))
-        return result
-
-    missing = [name for name, value in (("engine", engine), ("index", index), ("dictionary", dictionary)) if value is None]
-    if missing:
-        raise NegativeSamplingError(f"the keyword strategy needs {', '.join(missing)}")
-    from jingpai.keyword_dict import Segmenter
-
-    segmenter = Segmenter(dictionary)
-    fallbacks = 0
-    for q in unique:
+    candidates = list(dict.fromkeys(pool))
+    for q in dict.fromkeys(queries):
         result.stats["queries"] += 1
-        kq = _keywords(q, dictionary, segmenter, settings.top_k_keywords)
-        hits = retrieve(engine, index, augmented_query(q, kq), field_name=settings.field, size=settings.candidates + 1)
-        if not hits:
-            logger.debug("no candidates retrieved for %r", q)
-            continue
-        self_scores = [s for text, s in hits if text == q]
-        if self_scores:
-            self_score = max(self_scores)
-        else:
-            fallbacks += 1
-            self_score = hits[0][1]
         banned = known.get(q, set()) | {q}
-        kept = 0
-        for text, score in hits:
-            if text in banned or kept >= settings.per_query:
-                continue
-            ratio = score / self_score if self_score > 0 else 1.0
-            overlap = keyword_overlap(kq, _keywords(text, dictionary, segmenter, settings.top_k_keywords))
-            if ratio < settings.alpha and overlap > settings.beta:
-                result.add(NegativeRecord(q, text, "retrieved", sim_ratio=ratio, overlap=overlap))
-                kept += 1
-        if settings.replace_ratio > 0 and rng.random() < settings.replace_ratio:
-            swapped = replace_entity(q, kq, dictionary, rng)
-            if swapped is not None and swapped[0] not in banned:
-                result.add(NegativeRecord(q, swapped[0], "replaced", swapped=(swapped[1], swapped[2])))
-    if fallbacks:
-        logger.info("%d of %d queries were not in index %r: the top engine score stood in for Sim(q, q)", fallbacks, len(unique), index)
-    result.stats["self_score_fallbacks"] = fallbacks
+        allowed = [c for c in candidates if c not in banned]
+        for doc in rng.sample(allowed, min(settings.per_query, len(allowed))):
+            result.add(NegativeRecord(q, doc, "random"))
     return result
-
-
-def index_texts(engine: Engine, index: str, texts: Iterable[str], *, field_name: str = "text") -> int:
-    """Create ``index`` holding one document per distinct text (field ``field_name``), refreshed.
-
-    A convenience for sampling from a plain list of questions; corpora indexed with ``jingpai index``
-    can be used directly (pass their text field).
-
-    Returns:
-        The number of documents indexed.
-
-    Raises:
-        NegativeSamplingError: some documents were rejected by the engine.
-    """
-    unique = list(dict.fromkeys(t for t in texts if t))
-    engine.create_index(index, mappings={"properties": {field_name: {"type": "text"}}})
-    failed = [item for ok, item in engine.bulk(
-        ({"_op_type": "index", "_index": index, "_id": str(i), "_source": {field_name: t}} for i, t in enumerate(unique))
-    ) if not ok]
-    if failed:
-        raise NegativeSamplingError(f"{len(failed)} of {len(unique)} texts were rejected by {index!r}, e.g. {failed[0]}")
-    engine.refresh(index)
-    return len(unique)
 
 
 __all__ = [
@@ -309,11 +218,11 @@ __all__ = [
     "NegativeResult",
     "NegativeSamplingError",
     "NegativeSettings",
+    "Strategy",
     "augmented_query",
     "entity_negatives",
-    "index_texts",
     "keyword_overlap",
+    "random_negatives",
     "replace_entity",
-    "retrieve",
-    "sample_negatives",
+    "text_keywords",
 ]

@@ -8,6 +8,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from jingpai.errors import UserError
+
 if TYPE_CHECKING:
     from jingpai.reranker.base import Reranker
 
@@ -24,7 +26,7 @@ ARCHITECTURES: dict[str, str] = {
 }
 
 
-class UnknownArchitectureError(KeyError):
+class UnknownArchitectureError(UserError, KeyError):
     def __str__(self) -> str:  # KeyError quotes its message; keep it readable
         return str(self.args[0])
 

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,78 +29,9 @@ from tqdm.auto import tqdm
 from jingpai.reranker.base import Reranker
 from jingpai.reranker.data import LabeledPair
 from jingpai.reranker.evaluate import class_balance_warning, evaluate_model
+from jingpai.reranker.train_settings import DEV_METRICS, LOG_FILE, SETTINGS_FILE, DevMetric, TrainingError, TrainSettings
 
 logger = logging.getLogger(__name__)
-
-DevMetric = Literal["auto", "AUC", "F1", "accuracy", "MAP", "MRR", "nDCG@10", "P@1", "loss"]
-DEV_METRICS: tuple[str, ...] = get_args(DevMetric)
-LOG_FILE = "train_log.jsonl"
-SETTINGS_FILE = "train_settings.json"
-
-
-class TrainingError(RuntimeError):
-    """Training cannot start or continue (bad settings, no data, a non-finite loss)."""
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """All training options (built once from the CLI and passed to :func:`train`).
-
-    Attributes:
-        epochs: passes over the training pairs.
-        batch_size: pairs per forward pass.
-        grad_accum: forward passes per optimizer step (effective batch = batch_size × grad_accum).
-        lr: peak learning rate of AdamW.
-        weight_decay: AdamW weight decay (not applied to biases and LayerNorm weights).
-        warmup_ratio: fraction of optimizer steps with linear warmup; linear decay to 0 after.
-        max_grad_norm: gradient clipping norm (``None``: no clipping).
-        bf16: run forward passes under bf16 autocast (CPU AMX or GPU).
-        seed: seed for python, numpy and torch, and for batch shuffling.
-        max_steps: stop after this many optimizer steps (``None``: run all epochs).
-        eval_every: evaluate on dev every this many optimizer steps (``None``: after each epoch).
-        metric: dev metric to select the best model on (``loss`` is minimised, the rest maximised).
-            ``auto`` picks by the dev data's shape (:func:`pick_metric`): MAP where queries have several
-            candidates, AUC on pair data (one candidate per query), where MAP is ~1 for any model.
-        patience: stop after this many evaluations without improvement (``None``: never stop early).
-        relevant_min: labels ``>=`` this count as relevant in dev metrics.
-        eval_batch_size: batch size for dev scoring.
-        log_every: write a loss line to the log every this many optimizer steps.
-        progress: show a tqdm progress bar.
-    """
-
-    epochs: int = 3
-    batch_size: int = 16
-    grad_accum: int = 1
-    lr: float = 2e-5
-    weight_decay: float = 0.01
-    warmup_ratio: float = 0.1
-    max_grad_norm: float | None = 1.0
-    bf16: bool = False
-    seed: int = 0
-    max_steps: int | None = None
-    eval_every: int | None = None
-    metric: DevMetric = "auto"
-    patience: int | None = 2
-    relevant_min: float = 1.0
-    eval_batch_size: int = 64
-    log_every: int = 10
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "grad_accum", "eval_batch_size", "log_every"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("max_steps", "eval_every", "patience"):
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise ValueError(f"{name} must be >= 1 or None, got {value}")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if self.metric not in DEV_METRICS:
-            raise ValueError(f"unknown dev metric {self.metric!r}; expected one of {', '.join(DEV_METRICS)}")
-
 
 @dataclass
 class TrainResult:
@@ -252,20 +183,18 @@ def train(
     out.mkdir(parents=True, exist_ok=True)
     seed_everything(settings.seed)
     (out / SETTINGS_FILE).write_text(json.dumps(asdict(settings), indent=2))
-    log_path = out / LOG_FILE
-    log = log_path.open("w", encoding="utf-8")
+    run = _TrainRun(model, train_pairs, dev_pairs, settings, out)
+    try:
+        run.fit()
+    finally:
+        run.close()
+    best_model = Reranker.load(out, device=str(model.device))
+    return TrainResult(best_model, out, run.best, run.best_step, run.step, run.history)
 
-    def emit(record: dict[str, Any]) -> None:
-        log.write(json.dumps(record, ensure_ascii=False) + "\n")
-        log.flush()
 
-    batches_per_epoch = math.ceil(len(train_pairs) / settings.batch_size)
-    steps_per_epoch = math.ceil(batches_per_epoch / settings.grad_accum)
-    total_steps = steps_per_epoch * settings.epochs
-    if settings.max_steps is not None:
-        total_steps = min(total_steps, settings.max_steps)
+def _optimizer(model: Reranker, settings: TrainSettings, total_steps: int) -> tuple[Any, Any]:
+    """AdamW over :func:`_param_groups` and its schedule: linear warmup, then linear decay to 0."""
     warmup = int(total_steps * settings.warmup_ratio)
-
     optimizer = torch.optim.AdamW(_param_groups(model, settings.weight_decay, settings.lr), lr=settings.lr)
 
     def schedule(step: int) -> float:
@@ -273,113 +202,170 @@ def train(
             return (step + 1) / (warmup + 1)
         return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
 
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    if dev_pairs is None:
-        logger.warning("no dev data: early stopping is off and the last model is kept")
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
+
+
+def _select_metric(settings: TrainSettings, dev_pairs: Sequence[LabeledPair] | None) -> str:
+    """The dev metric to select on: ``settings.metric``, or for ``auto`` one fitting the dev data."""
     metric = settings.metric
     if metric == "auto":
         metric = pick_metric(dev_pairs, relevant_min=settings.relevant_min) if dev_pairs else "loss"
         logger.info("dev metric: %s (picked from the dev data's shape; --metric overrides)", metric)
-    maximise = metric != "loss"
-    best: float | None = None
-    best_step = 0
-    history: list[dict[str, Any]] = []
-    bad_rounds = 0
-    step = 0
-    stop = False
-    rng = np.random.default_rng(settings.seed)
-    bar = tqdm(total=total_steps, desc=f"train {model.name}", disable=not settings.progress, unit="step")
-    emit({"event": "start", "architecture": model.name, "train_pairs": len(train_pairs),
-          "dev_pairs": len(dev_pairs) if dev_pairs else 0, "total_steps": total_steps, "device": str(model.device)})
+    return metric
 
-    def evaluate_now(epoch: int) -> None:
-        nonlocal best, best_step, bad_rounds, stop
+
+class _TrainRun:
+    """The state of one :func:`train` call: optimizer and schedule, the JSON-lines log, the progress bar
+    and the best-so-far bookkeeping of model selection and early stopping."""
+
+    def __init__(
+        self,
+        model: Reranker,
+        train_pairs: Sequence[LabeledPair],
+        dev_pairs: Sequence[LabeledPair] | None,
+        settings: TrainSettings,
+        out: Path,
+    ) -> None:
+        self.model, self.train_pairs, self.dev_pairs, self.settings, self.out = model, train_pairs, dev_pairs, settings, out
+        self.log = (out / LOG_FILE).open("w", encoding="utf-8")
+        self.batches_per_epoch = math.ceil(len(train_pairs) / settings.batch_size)
+        steps_per_epoch = math.ceil(self.batches_per_epoch / settings.grad_accum)
+        self.total_steps = steps_per_epoch * settings.epochs
+        if settings.max_steps is not None:
+            self.total_steps = min(self.total_steps, settings.max_steps)
+        self.optimizer, self.scheduler = _optimizer(model, settings, self.total_steps)
         if dev_pairs is None:
+            logger.warning("no dev data: early stopping is off and the last model is kept")
+        self.metric = _select_metric(settings, dev_pairs)
+        self.maximise = self.metric != "loss"
+        self.best: float | None = None
+        self.best_step = 0
+        self.history: list[dict[str, Any]] = []
+        self.bad_rounds = 0
+        self.step = 0
+        self.stop = False
+        self.running, self.running_n = 0.0, 0
+        self.rng = np.random.default_rng(settings.seed)
+        self.bar = tqdm(total=self.total_steps, desc=f"train {model.name}", disable=not settings.progress, unit="step")
+        self.emit({"event": "start", "architecture": model.name, "train_pairs": len(train_pairs),
+                   "dev_pairs": len(dev_pairs) if dev_pairs else 0, "total_steps": self.total_steps, "device": str(model.device)})
+
+    def emit(self, record: dict[str, Any]) -> None:
+        self.log.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self.log.flush()
+
+    def close(self) -> None:
+        self.bar.close()
+        self.log.close()
+
+    def done(self) -> bool:
+        return self.stop or self.step >= self.total_steps
+
+    def fit(self) -> None:
+        """All epochs (until early stop or ``max_steps``); the final evaluation; the last model without dev data."""
+        settings = self.settings
+        for epoch in range(settings.epochs):
+            self.run_epoch(epoch)
+            if settings.eval_every is None and not self.stop:
+                self.evaluate(epoch)
+            if self.done():
+                break
+        if settings.eval_every is not None and (not self.history or self.history[-1]["step"] != self.step) and not self.stop:
+            self.evaluate(epoch)
+        if self.dev_pairs is None:
+            self.model.save(self.out)
+            self.best_step = self.step
+        self.emit({"event": "end", "steps": self.step, "best_step": self.best_step, "best_metric": self.best})
+
+    def run_epoch(self, epoch: int) -> None:
+        """One pass over the training pairs in this epoch's shuffled order (may stop early)."""
+        order = self.rng.permutation(len(self.train_pairs))
+        self.model.net.train()
+        self.running, self.running_n = 0.0, 0
+        for b in range(self.batches_per_epoch):
+            self.backward(order[b * self.settings.batch_size : (b + 1) * self.settings.batch_size], epoch, b)
+            last_of_epoch = b == self.batches_per_epoch - 1
+            if (b + 1) % self.settings.grad_accum and not last_of_epoch:
+                continue
+            self.optimizer_step(epoch)
+            if self.done():
+                break
+        if self.running_n:
+            self.emit({"event": "train", "step": self.step, "epoch": epoch, "loss": self.running / self.running_n,
+                       "lr": self.scheduler.get_last_lr()[0]})
+
+    def backward(self, idx: np.ndarray, epoch: int, b: int) -> None:
+        """Forward and backward pass of one batch (gradients accumulate until :meth:`optimizer_step`)."""
+        model = self.model
+        chunk = [self.train_pairs[i] for i in idx]
+        batch = model.to_device(model.featurize([(p.query, p.document) for p in chunk]))
+        labels = torch.tensor([p.label for p in chunk], dtype=torch.float32, device=model.device)
+        with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=self.settings.bf16):
+            loss = model.loss(batch, labels)
+        if not torch.isfinite(loss):
+            raise TrainingError(f"loss is {float(loss)} at step {self.step} (epoch {epoch}, batch {b}); lower --lr or check labels")
+        (loss.float() / self.settings.grad_accum).backward()
+        self.running += float(loss.detach())
+        self.running_n += 1
+
+    def optimizer_step(self, epoch: int) -> None:
+        """Clip, step the optimizer and schedule; log the running loss and evaluate when due."""
+        settings = self.settings
+        if settings.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.net.parameters(), settings.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.bar.update(1)
+        if self.step % settings.log_every == 0:
+            self.emit({"event": "train", "step": self.step, "epoch": epoch, "loss": self.running / self.running_n,
+                       "lr": self.scheduler.get_last_lr()[0]})
+            self.bar.set_postfix({"loss": f"{self.running / self.running_n:.4f}"})
+            self.running, self.running_n = 0.0, 0
+        if settings.eval_every is not None and self.step % settings.eval_every == 0:
+            self.evaluate(epoch)
+            self.model.net.train()
+
+    def dev_metrics(self) -> dict[str, float]:
+        """The dev metrics now (only the loss when selecting on it)."""
+        settings, metric = self.settings, self.metric
+        if metric == "loss":
+            return {"loss": dev_loss(self.model, self.dev_pairs, batch_size=settings.eval_batch_size, bf16=settings.bf16)}
+        metrics = evaluate_model(self.model, self.dev_pairs, batch_size=settings.eval_batch_size, relevant_min=settings.relevant_min)
+        warning = class_balance_warning(metrics)
+        if warning:
+            # selecting on a pair metric, a collapsed class is the failure to flag; on a ranking metric the
+            # 0.5 threshold is not what is optimised, so it is only noted
+            logger.log(logging.WARNING if metric in ("AUC", "F1", "accuracy") else logging.INFO, "step %d: %s", self.step, warning)
+        return metrics
+
+    def evaluate(self, epoch: int) -> None:
+        """Evaluate on dev; save the model when it improved, count a bad round (maybe stop) when not."""
+        if self.dev_pairs is None:
             return
         started = time.perf_counter()
-        if metric == "loss":
-            metrics = {"loss": dev_loss(model, dev_pairs, batch_size=settings.eval_batch_size, bf16=settings.bf16)}
-        else:
-            metrics = evaluate_model(model, dev_pairs, batch_size=settings.eval_batch_size, relevant_min=settings.relevant_min)
-            warning = class_balance_warning(metrics)
-            if warning:
-                # selecting on a pair metric, a collapsed class is the failure to flag; on a ranking metric the
-                # 0.5 threshold is not what is optimised, so it is only noted
-                logger.log(logging.WARNING if metric in ("AUC", "F1", "accuracy") else logging.INFO, "step %d: %s", step, warning)
+        metrics = self.dev_metrics()
+        metric, step = self.metric, self.step
         value = metrics[metric]
         if math.isnan(value):
             logger.warning("dev %s is NaN at step %d (e.g. no query with a relevant item); treating it as worst", metric, step)
-            value = -math.inf if maximise else math.inf
-        improved = best is None or (value > best if maximise else value < best)
+            value = -math.inf if self.maximise else math.inf
+        improved = self.best is None or (value > self.best if self.maximise else value < self.best)
         record = {"event": "eval", "step": step, "epoch": epoch, "metric": metric, "metrics": metrics, "improved": improved,
                   "seconds": round(time.perf_counter() - started, 3)}
-        history.append(record)
-        emit(record)
+        self.history.append(record)
+        self.emit(record)
         if improved:
-            best, best_step, bad_rounds = value, step, 0
-            model.save(out)
+            self.best, self.best_step, self.bad_rounds = value, step, 0
+            self.model.save(self.out)
         else:
-            bad_rounds += 1
-            if settings.patience is not None and bad_rounds >= settings.patience:
-                logger.info("early stop at step %d: dev %s did not improve for %d evaluations", step, metric, bad_rounds)
-                emit({"event": "early_stop", "step": step, "best_step": best_step})
-                stop = True
-        bar.set_postfix({metric: f"{value:.4f}"})
-
-    try:
-        for epoch in range(settings.epochs):
-            order = rng.permutation(len(train_pairs))
-            model.net.train()
-            running, running_n = 0.0, 0
-            for b in range(batches_per_epoch):
-                idx = order[b * settings.batch_size : (b + 1) * settings.batch_size]
-                chunk = [train_pairs[i] for i in idx]
-                batch = model.to_device(model.featurize([(p.query, p.document) for p in chunk]))
-                labels = torch.tensor([p.label for p in chunk], dtype=torch.float32, device=model.device)
-                with torch.autocast(model.device.type, dtype=torch.bfloat16, enabled=settings.bf16):
-                    loss = model.loss(batch, labels)
-                if not torch.isfinite(loss):
-                    raise TrainingError(f"loss is {float(loss)} at step {step} (epoch {epoch}, batch {b}); lower --lr or check labels")
-                (loss.float() / settings.grad_accum).backward()
-                running += float(loss.detach())
-                running_n += 1
-                last_of_epoch = b == batches_per_epoch - 1
-                if (b + 1) % settings.grad_accum and not last_of_epoch:
-                    continue
-                if settings.max_grad_norm is not None:
-                    torch.nn.utils.clip_grad_norm_(model.net.parameters(), settings.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad(set_to_none=True)
-                step += 1
-                bar.update(1)
-                if step % settings.log_every == 0:
-                    emit({"event": "train", "step": step, "epoch": epoch, "loss": running / running_n,
-                          "lr": scheduler.get_last_lr()[0]})
-                    bar.set_postfix({"loss": f"{running / running_n:.4f}"})
-                    running, running_n = 0.0, 0
-                if settings.eval_every is not None and step % settings.eval_every == 0:
-                    evaluate_now(epoch)
-                    model.net.train()
-                if stop or step >= total_steps:
-                    break
-            if running_n:
-                emit({"event": "train", "step": step, "epoch": epoch, "loss": running / running_n, "lr": scheduler.get_last_lr()[0]})
-            if settings.eval_every is None and not stop:
-                evaluate_now(epoch)
-            if stop or step >= total_steps:
-                break
-        if settings.eval_every is not None and (not history or history[-1]["step"] != step) and not stop:
-            evaluate_now(epoch)
-        if dev_pairs is None:
-            model.save(out)
-            best_step = step
-        emit({"event": "end", "steps": step, "best_step": best_step, "best_metric": best})
-    finally:
-        bar.close()
-        log.close()
-    best_model = Reranker.load(out, device=str(model.device))
-    return TrainResult(best_model, out, best, best_step, step, history)
+            self.bad_rounds += 1
+            if self.settings.patience is not None and self.bad_rounds >= self.settings.patience:
+                logger.info("early stop at step %d: dev %s did not improve for %d evaluations", step, metric, self.bad_rounds)
+                self.emit({"event": "early_stop", "step": step, "best_step": self.best_step})
+                self.stop = True
+        self.bar.set_postfix({metric: f"{value:.4f}"})
 
 
-__all__ = ["DEV_METRICS", "TrainResult", "TrainSettings", "TrainingError", "build_model", "pick_metric", "seed_everything", "train"]
+__all__ = ["DEV_METRICS", "LOG_FILE", "SETTINGS_FILE", "DevMetric", "TrainResult", "TrainSettings", "TrainingError", "build_model", "pick_metric", "seed_everything", "train"]

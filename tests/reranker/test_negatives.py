@@ -9,15 +9,13 @@ import pytest
 from jingpai.engine.client import Engine
 from jingpai.keyword_dict import Dictionary, Segmenter, extract_keywords
 from jingpai.reranker.data import read_pairs
+from jingpai.jobs.negatives import index_texts, retrieve, sample_negatives
 from jingpai.reranker.negatives import (
     NegativeSamplingError,
     NegativeSettings,
     augmented_query,
-    index_texts,
     keyword_overlap,
     replace_entity,
-    retrieve,
-    sample_negatives,
 )
 
 pytestmark = pytest.mark.engine

@@ -23,7 +23,7 @@ from jingpai.reranker.service import create_app as create_service_app
 from jingpai.reranker.tiny import build_tiny_checkpoint
 from jingpai.ui.app import UiSettings
 from jingpai.serving import ServerThread
-from jingpai.ui.demo import DEMO_CORPUS, DemoSettings, build_demo_dictionary, read_jsonl
+from jingpai.jobs.demo import DEMO_CORPUS, DemoSettings, build_demo_dictionary, read_jsonl
 
 #: if any of these ran, the page's <body> would carry a data-pwned attribute (visible in a DOM dump)
 SCRIPT_TITLE = "<script>document.body.setAttribute('data-pwned','script')</script>360公司安全通告"

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from jingpai.keyword_dict import keyword_spans
 from jingpai.reranker.base import Reranker
 from jingpai.commands.demo import demo
-from jingpai.ui.demo import (
+from jingpai.jobs.demo import (
     DEMO_CORPUS,
     DemoError,
     DemoSettings,
@@ -28,7 +28,7 @@ from jingpai.ui.demo import (
     read_jsonl,
     start_demo,
 )
-from jingpai.ui.demo_model import DemoModelError, DemoRecipe, pseudo_pairs, train_demo_model
+from jingpai.jobs.demo_model import DemoModelError, DemoRecipe, pseudo_pairs, train_demo_model
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -42,7 +42,8 @@ from torch.nn.utils.rnn import pack_padded_sequence
 
 from jingpai.reranker.base import Pair
 from jingpai.reranker.masking import masked_max, masked_mean, masked_softmax
-from jingpai.reranker.wordvocab import WordReranker, WordRerankerConfig, pad_ids
+from jingpai.reranker.word_reranker import WordReranker, WordRerankerConfig
+from jingpai.reranker.wordvocab import pad_ids
 
 logger = logging.getLogger(__name__)
 

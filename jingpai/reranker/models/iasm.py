@@ -34,7 +34,8 @@ import torch
 from torch import nn
 
 from jingpai.reranker.base import Pair
-from jingpai.reranker.wordvocab import UNK_ID, WordReranker, WordRerankerConfig, pad_ids
+from jingpai.reranker.word_reranker import WordReranker, WordRerankerConfig
+from jingpai.reranker.wordvocab import UNK_ID, pad_ids
 
 logger = logging.getLogger(__name__)
 

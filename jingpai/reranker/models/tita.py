@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from jingpai.errors import UserError
 from jingpai.reranker.base import Pair, Reranker, RerankerConfig
 from jingpai.reranker.masking import masked_mean, masked_softmax
 from jingpai.reranker.wordvocab import SPECIALS, VocabError, WordTokenizer, WordVocab
@@ -56,7 +57,7 @@ STOPWORDS: frozenset[str] = frozenset(
 )
 
 
-class TitaError(ValueError):
+class TitaError(UserError, ValueError):
     """Bad TITA configuration or input (missing checkpoint, labels outside 0/1/2)."""
 
 
