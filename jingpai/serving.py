@@ -17,12 +17,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from jingpai.errors import UnavailableError
 from jingpai.net import free_port
 
 logger = logging.getLogger(__name__)
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(UnavailableError, RuntimeError):
     """The server did not come up (typically: the port is taken)."""
 
 

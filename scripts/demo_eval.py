@@ -1,8 +1,8 @@
 """Measure the demo's reranking on its own pseudo-relevance queries, through the real gateway.
 
-Runs the demo's steps (:func:`jingpai.ui.demo.start_demo`: dictionary, index, model — cached or trained —
+Runs the demo's steps (:func:`jingpai.jobs.demo.start_demo`: dictionary, index, model — cached or trained —
 and the reranker service) against a running engine, rebuilds the demo's pseudo-relevance splits
-(:func:`jingpai.ui.demo_model.pseudo_splits`) and, per demo index, measures with ``jingpai tune``'s
+(:func:`jingpai.jobs.demo_pairs.pseudo_splits`) and, per demo index, measures with ``jingpai tune``'s
 machinery (:func:`jingpai.plugin.tune.run_tune`: one rerank per query, every fusion computed offline
 with the gateway's own fusion module):
 
@@ -30,7 +30,7 @@ from pathlib import Path
 
 from jingpai.plugin import tune
 from jingpai.reranker.fusion import FusionSpec
-from jingpai.ui import demo, demo_model
+from jingpai.jobs import demo, demo_model
 
 
 def _print_rows(title: str, rows: list[tune.TuneRow], n: int) -> None:

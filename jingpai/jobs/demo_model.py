@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from jingpai.errors import JingpaiError
 from jingpai.jobs.demo_pairs import (
     DEFAULT_LR,
     DemoModelError,
@@ -60,7 +61,7 @@ logger = logging.getLogger(__name__)
 RECIPE = "demo-use-bi-1"
 
 
-class BudgetExhausted(RuntimeError):
+class BudgetExhausted(JingpaiError, RuntimeError):
     """Raised inside the training loop when the demo's wall-clock budget is spent."""
 
 
