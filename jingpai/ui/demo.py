@@ -476,7 +476,7 @@ def start_reranker(settings: DemoSettings, model_dir: Path) -> ServerThread:
 def start_gateway(settings: DemoSettings, engine_url: str, reranker_url: str | None, dict_dir: Path, banner: str | None, default_index: str) -> ServerThread:
     from jingpai.plugin.gateway import create_app
     from jingpai.plugin.settings import GatewaySettings
-    from jingpai.ui.app import UiSettings
+    from jingpai.ui.app import UiSettings, ui_routes
 
     gateway_settings = GatewaySettings(
         engine_url=engine_url,
@@ -490,7 +490,7 @@ def start_gateway(settings: DemoSettings, engine_url: str, reranker_url: str | N
         # a loaded 2-core laptop must not turn every demo search into a fail-open one
         timeout_ms=3000,
     )
-    app = create_app(gateway_settings)
+    app = create_app(gateway_settings, routes=ui_routes())
     app.state.jingpai_ui = UiSettings(default_index=default_index, banner=banner)
     return _start(ServerThread(app, settings.port, host=settings.host, name="gateway"))
 
