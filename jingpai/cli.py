@@ -24,9 +24,9 @@ COMMANDS: dict[str, str] = {
     "negatives": "jingpai.commands.negatives:negatives",
     "serve": "jingpai.commands.serve:serve",
     "gateway": "jingpai.commands.gateway:gateway",
-    "tune": "jingpai.commands.gateway:tune",
+    "tune": "jingpai.commands.tune:tune",
     "demo": "jingpai.commands.demo:demo",
-    "plugin": "jingpai.commands.gateway:plugin_group",
+    "plugin": "jingpai.commands.plugin:plugin_group",
 }
 
 #: one-line help per sub-command, shown by ``jingpai --help`` without importing the module.

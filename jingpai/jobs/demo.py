@@ -209,7 +209,7 @@ def start_gateway(settings: DemoSettings, engine_url: str, reranker_url: str | N
     """The gateway (with the UI, opening on ``default_index`` and showing ``banner``) in a thread on ``settings.port``."""
     from jingpai.plugin.gateway import create_app
     from jingpai.plugin.settings import GatewaySettings
-    from jingpai.ui.app import UiSettings
+    from jingpai.ui.app import UiSettings, ui_routes
 
     gateway_settings = GatewaySettings(
         engine_url=engine_url,
@@ -224,7 +224,7 @@ def start_gateway(settings: DemoSettings, engine_url: str, reranker_url: str | N
         timeout_ms=3000,
     )
     # the one place the demo creates the gateway app
-    app = create_app(gateway_settings)
+    app = create_app(gateway_settings, routes=ui_routes())
     app.state.jingpai_ui = UiSettings(default_index=default_index, banner=banner)
     return _start(ServerThread(app, settings.port, host=settings.host, name="gateway"))
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from jingpai.errors import UnavailableError
+
 if TYPE_CHECKING:
     from jingpai.engine.client import Engine
 
@@ -30,7 +32,7 @@ OPENSEARCH_PLUGINS: tuple[str, ...] = ("opensearch-ml", "opensearch-neural-searc
 ELASTICSEARCH_MODULES: tuple[str, ...] = ("x-pack-inference",)
 
 
-class NativeIntegrationError(RuntimeError):
+class NativeIntegrationError(UnavailableError, RuntimeError):
     """The engine cannot host the native integration (wrong engine, missing plugin, failed API call)."""
 
 

@@ -17,12 +17,14 @@ from typing import Literal
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from jingpai.errors import UnavailableError
+
 logger = logging.getLogger(__name__)
 
 BreakerState = Literal["closed", "open", "half_open"]
 
 
-class RerankUnavailable(RuntimeError):
+class RerankUnavailable(UnavailableError, RuntimeError):
     """The reranker could not score this request; ``reason`` says why (the gateway fails open)."""
 
     def __init__(self, reason: str, detail: str) -> None:

@@ -3,7 +3,8 @@
 :func:`load_config_file` reads a TOML or JSON file whose keys are :class:`GatewaySettings` field names
 (optionally under a ``[gateway]`` table); :mod:`jingpai.commands.gateway` merges it under the CLI and
 ``JINGPAI_GATEWAY_*`` environment values and builds the settings. Per-index fusion overrides live in the
-file's ``indices`` table (:data:`INDEX_OVERRIDES`).
+file's ``indices`` table (:data:`INDEX_OVERRIDES`). :data:`CLI_FLAGS` names each field's ``jingpai gateway``
+option, so :func:`setting_hint` can tell an operator where a setting is set without importing the command.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from jingpai.errors import UserError
+from jingpai.plugin.augment import KEYWORD_BOOST, SEG_BOOST, WEIGHT_BOOST
 from jingpai.reranker.fusion import FusionError, FusionMode, FusionSpec
 
 GatewayMode = Literal["off", "augment", "rerank"]
@@ -23,7 +26,7 @@ GATEWAY_MODES: tuple[str, ...] = ("off", "augment", "rerank")
 INDEX_OVERRIDES: tuple[str, ...] = ("fusion", "fusion_weight", "rrf_k")
 
 
-class GatewayConfigError(ValueError):
+class GatewayConfigError(UserError, ValueError):
     """A gateway setting or config file is invalid (the message names the setting and what was expected)."""
 
 
@@ -61,10 +64,8 @@ class GatewaySettings:
         keywords_top_k: dictionary keywords taken from a query for augmentation.
         seg_boost: boost of the added clause on the dictionary-segmented field.
         keyword_boost: boost of the added clause on the keywords field.
-        weight_boost: boost of the added keyword-weight clause (0: not added). The defaults are measured:
-            on AFQMC/LCQMC question retrieval (docs/RESULTS.md) segmented + keyword clauses at 0.2 improve
-            every P@k over plain BM25, while the weight clause (term-frequency encoding) and boosts of 1.0
-            lower them.
+        weight_boost: boost of the added keyword-weight clause (0: not added). The three boosts' defaults
+            are measured (:data:`jingpai.plugin.augment.SEG_BOOST` and its neighbours say where).
         engine_timeout_s: timeout of requests forwarded to the engine.
         meta_ttl_s: how long an index's ``_meta`` (field roles, dictionary version) is cached; an
             alias swap to a new dictionary version is seen after at most this long.
@@ -94,9 +95,10 @@ class GatewaySettings:
     breaker_reset_s: float = 10.0
     dict_dirs: tuple[Path, ...] = ()
     keywords_top_k: int = 10
-    seg_boost: float = 0.2
-    keyword_boost: float = 0.2
-    weight_boost: float = 0.0
+    # the boosts' defaults are the augmentation's, defined once there
+    seg_boost: float = SEG_BOOST
+    keyword_boost: float = KEYWORD_BOOST
+    weight_boost: float = WEIGHT_BOOST
     engine_timeout_s: float = 120.0
     meta_ttl_s: float = 30.0
     # the fusion defaults are FusionSpec's, defined once there
@@ -155,6 +157,53 @@ class GatewaySettings:
         return [f.name for f in fields(cls)]
 
 
+#: settings field -> its ``jingpai gateway`` option (the fields without one are config-file only). The command
+#: builds its options from this table, so a hint never names an option that does not exist.
+CLI_FLAGS: dict[str, str] = {
+    "engine_url": "--engine",
+    "reranker_url": "--reranker",
+    "host": "--host",
+    "port": "--port",
+    "mode": "--mode",
+    "window": "--window",
+    "max_window": "--max-window",
+    "rerank_fields": "--rerank-fields",
+    "doc_chars": "--doc-chars",
+    "timeout_ms": "--timeout-ms",
+    "rerank_concurrency": "--rerank-concurrency",
+    "msearch_rerank_concurrency": "--msearch-rerank-concurrency",
+    "expose_internals": "--expose-internals/--no-expose-internals",
+    "breaker_failures": "--breaker-failures",
+    "breaker_reset_s": "--breaker-reset-s",
+    "dict_dirs": "--dict",
+    "keywords_top_k": "--keywords-top-k",
+    "engine_timeout_s": "--engine-timeout-s",
+    "meta_ttl_s": "--meta-ttl-s",
+    "fusion": "--fusion",
+    "fusion_weight": "--fusion-weight",
+    "rrf_k": "--rrf-k",
+}
+#: the environment variables of ``jingpai gateway``: this prefix + the option's name (``JINGPAI_<COMMAND>_<OPTION>``)
+ENV_PREFIX = "JINGPAI_GATEWAY_"
+
+
+def setting_hint(field_name: str) -> str:
+    """Where an operator sets ``field_name``: its ``jingpai gateway`` option, environment variable and
+    config-file key (for log messages that suggest raising a setting).
+
+    >>> setting_hint("timeout_ms")
+    '--timeout-ms (env JINGPAI_GATEWAY_TIMEOUT_MS, config key timeout_ms)'
+    >>> setting_hint("seg_boost")
+    'config key seg_boost'
+    """
+    flag = CLI_FLAGS.get(field_name)
+    if flag is None:
+        return f"config key {field_name}"
+    option = flag.split("/")[0]
+    env = ENV_PREFIX + option.lstrip("-").upper().replace("-", "_")
+    return f"{option} (env {env}, config key {field_name})"
+
+
 def _index_fusion(default: FusionSpec, name: str, overrides: Any) -> FusionSpec:
     if not isinstance(overrides, dict):
         raise GatewayConfigError(f"indices.{name} must be a table of {', '.join(INDEX_OVERRIDES)}, got {overrides!r}")
@@ -210,4 +259,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     return dict(data)
 
 
-__all__ = ["GATEWAY_MODES", "INDEX_OVERRIDES", "GatewayConfigError", "GatewayMode", "GatewaySettings", "load_config_file"]
+__all__ = [
+    "CLI_FLAGS", "ENV_PREFIX", "GATEWAY_MODES", "INDEX_OVERRIDES", "GatewayConfigError", "GatewayMode", "GatewaySettings",
+    "load_config_file", "setting_hint",
+]

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jingpai.errors import UserError
 from jingpai.reranker.fusion import FusionSpec, fused_order
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ METRICS: tuple[str, ...] = ("P@1", "P@3", "P@5", "P@10", "MRR", "nDCG@10", "MAP"
 CUTOFFS: tuple[int, ...] = (1, 3, 5, 10)
 
 
-class TuneError(ValueError):
+class TuneError(UserError, ValueError):
     """Tuning cannot run: bad options, unreadable labels, nothing to evaluate (the message says which)."""
 
 

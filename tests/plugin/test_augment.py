@@ -14,7 +14,8 @@ RF_META = IndexMeta(text_fields=("title", "content"), dict_version=D.version, we
 
 
 def rewriter(meta: IndexMeta = TF_META) -> QueryRewriter:
-    return QueryRewriter(meta, dictionary=D, segmenter=Segmenter(D))
+    # every added clause at boost 1.0, so the tests see each of them and the raw keyword weights
+    return QueryRewriter(meta, dictionary=D, segmenter=Segmenter(D), seg_boost=1.0, keyword_boost=1.0, weight_boost=1.0)
 
 
 def test_match_is_wrapped_with_segmented_and_keyword_clauses() -> None:

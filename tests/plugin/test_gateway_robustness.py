@@ -115,7 +115,29 @@ def test_msearch_without_final_newline_gets_the_engines_error(setup: Setup, clie
     _same_connection_still_works(client, setup, resp)
 
 
-def test_ui_errors_are_es_shaped_json(setup: Setup, client: httpx.Client) -> None:
+@pytest.fixture
+def ui_client(setup: Setup, reranker_url: str, dictionary) -> Iterator[httpx.Client]:
+    """A pool-of-one client to a gateway that also serves the demo UI, as `jingpai gateway --ui` builds it."""
+    from jingpai.ui.app import ui_routes
+
+    settings = GatewaySettings(engine_url=setup.engine.url, reranker_url=reranker_url, window=20, dict_dirs=(dictionary[1],),
+                               timeout_ms=20_000)
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    with serve(create_app(settings, routes=ui_routes())) as gw, httpx.Client(base_url=gw.url, timeout=60, limits=limits) as c:
+        yield c
+
+
+def test_the_gateway_serves_no_ui_of_its_own() -> None:
+    from starlette.testclient import TestClient
+
+    # the engine's port is closed on purpose: /_jingpai/ui is the engine's path like any other (502 here)
+    with TestClient(create_app(GatewaySettings(engine_url=f"http://127.0.0.1:{free_port()}"))) as plain:
+        assert plain.get("/_jingpai/ui/").status_code == 502
+        assert plain.get("/_jingpai/health").status_code == 200
+
+
+def test_ui_errors_are_es_shaped_json(setup: Setup, ui_client: httpx.Client) -> None:
+    client = ui_client
     missing = client.get("/_jingpai/ui/no-such-page")
     assert missing.status_code == 404
     assert missing.headers["content-type"].startswith("application/json")

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from jingpai.engine.client import Engine
 from jingpai.plugin import native
-from jingpai.commands.gateway import plugin_group
+from jingpai.commands.plugin import plugin_group
 
 DOCS = ["中国GDP增长放缓", "明天北京晴", "银行股票下跌"]
 QUERY = "中国\"GDP\""  # a quote, to check the template's escaping

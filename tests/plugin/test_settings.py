@@ -8,9 +8,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from jingpai.commands.gateway import _OPTION_FIELDS, build_settings, gateway, setting_hint
+from jingpai.commands.gateway import _OPTION_FIELDS, build_settings, gateway
 from jingpai.plugin.rerank_client import CircuitBreaker
-from jingpai.plugin.settings import GatewayConfigError, GatewaySettings, load_config_file
+from jingpai.plugin.settings import CLI_FLAGS, GatewayConfigError, GatewaySettings, load_config_file, setting_hint
 from jingpai.reranker.fusion import FusionSpec
 
 
@@ -85,6 +85,9 @@ def test_setting_hints_name_the_real_option_and_env_var() -> None:
     for param in gateway.params:
         if param.name in _OPTION_FIELDS:
             assert param.opts[0] in setting_hint(_OPTION_FIELDS[param.name])
+            assert f"(env {param.envvar}," in setting_hint(_OPTION_FIELDS[param.name])  # the command's own variable
+    # every option a hint names is one of the command's (the command is generated from CLI_FLAGS)
+    assert set(CLI_FLAGS) == set(_OPTION_FIELDS) <= {p.name for p in gateway.params}
 
 
 def test_circuit_breaker_opens_probes_and_closes() -> None:
@@ -117,3 +120,18 @@ def test_rerank_bounds_and_internals_from_cli_env_and_config(tmp_path: Path, mon
     with pytest.raises(GatewayConfigError, match="msearch_rerank_concurrency must be >= 1, got 0"):
         GatewaySettings(engine_url="http://e:9200", msearch_rerank_concurrency=0)
     assert "--rerank-concurrency (env JINGPAI_GATEWAY_RERANK_CONCURRENCY" in setting_hint("rerank_concurrency")
+
+
+def test_ui_flag_mounts_the_demo_ui_which_the_gateway_does_not_serve_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    import uvicorn
+    from starlette.testclient import TestClient
+
+    apps = []
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: apps.append(app))
+    for args in ([], ["--ui"]):
+        result = CliRunner().invoke(gateway, ["--engine", "http://127.0.0.1:9", *args])
+        assert result.exit_code == 0, result.output
+    plain, with_ui = apps
+    assert not [r for r in plain.routes if getattr(r, "path", "").startswith("/_jingpai/ui")]
+    assert TestClient(with_ui).get("/_jingpai/ui/").status_code == 200
+    assert "UI at http://127.0.0.1:8080/_jingpai/ui/" in result.output

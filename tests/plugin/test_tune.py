@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from jingpai.engine.client import Engine
 from jingpai.indexer.pipeline import IndexSettings, index_corpus
-from jingpai.commands.gateway import tune
+from jingpai.commands.tune import tune
 from jingpai.plugin.tune import LabelledQuery, TuneError, queries_from_trec
 from jingpai.plugin.settings import GatewaySettings, load_config_file
 

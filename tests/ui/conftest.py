@@ -88,7 +88,9 @@ def ui_indices(engines: dict[str, Engine], demo_dictionary, tmp_path_factory: py
 
 def start_gateway(engine_url: str, reranker_url: str | None, dict_dir: Path, *, ui: UiSettings | None = None, timeout_ms: int = 20_000) -> ServerThread:
     settings = GatewaySettings(engine_url=engine_url, reranker_url=reranker_url, dict_dirs=(dict_dir,), window=30, timeout_ms=timeout_ms)
-    app = create_app(settings)
+    from jingpai.ui.app import ui_routes  # the gateway serves no UI of its own
+
+    app = create_app(settings, routes=ui_routes())
     if ui is not None:
         app.state.jingpai_ui = ui
     return ServerThread(app, host="127.0.0.1", port=0, name="gateway").start()

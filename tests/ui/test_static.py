@@ -19,7 +19,9 @@ ASSETS = ("index.html", "app.js", "app.css")
 @pytest.fixture(scope="module")
 def client():
     # no engine is needed for the page itself; the port is closed on purpose
-    app = create_app(GatewaySettings(engine_url="http://127.0.0.1:9"))
+    from jingpai.ui.app import ui_routes  # the gateway serves no UI of its own
+
+    app = create_app(GatewaySettings(engine_url="http://127.0.0.1:9"), routes=ui_routes())
     with TestClient(app) as c:
         yield c
 

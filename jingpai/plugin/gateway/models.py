@@ -1,0 +1,116 @@
+"""The gateway's own request and response vocabulary: ``?jingpai…`` URL parameters, the body section
+``ext.jingpai`` (:class:`JingpaiExt`) and the ``jingpai`` object added to every answer (:class:`JingpaiInfo`).
+
+The ``take_*`` functions remove the gateway's parameters from a request's (copied) parameters or body, so
+the engine never sees them, and raise :class:`~jingpai.plugin.gateway.errors.BadGatewayRequest` naming
+the bad value and the valid ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from jingpai.plugin.gateway.errors import BadGatewayRequest
+from jingpai.plugin.settings import GATEWAY_MODES
+from jingpai.reranker.fusion import FusionSpec
+
+
+class FusionParams(BaseModel):
+    """A request's fusion overrides (``ext.jingpai`` keys, or ``?jingpai_<key>=`` URL parameters)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fusion: Literal["replace", "linear", "rrf"] | None = None
+    fusion_weight: float | None = Field(default=None, ge=0.0, le=1.0)
+    rrf_k: int | None = Field(default=None, ge=1)
+
+    def over(self, base: FusionSpec) -> FusionSpec:
+        """These overrides on top of ``base`` (the index's or the gateway's fusion)."""
+        return base.override(**self.model_dump(include=set(FusionParams.model_fields)))
+
+
+#: URL parameter -> FusionParams field
+FUSION_URL_PARAMS: dict[str, str] = {f"jingpai_{name}": name for name in FusionParams.model_fields}
+
+
+class JingpaiExt(FusionParams):
+    """The ``ext.jingpai`` section of a search body (removed before forwarding)."""
+
+    mode: Literal["off", "augment", "rerank"] | None = None
+    window: int | None = Field(default=None, ge=1)
+    fields: list[str] | None = Field(default=None, min_length=1)
+    model: str | None = None
+    query: str | None = Field(default=None, min_length=1)
+
+
+class JingpaiInfo(BaseModel):
+    """The top-level ``jingpai`` object added to every search response."""
+
+    mode: Literal["off", "augment", "rerank"]
+    reranked: bool
+    reason: str | None = None
+    augmented: bool = False
+    augment_reason: str | None = None
+    keywords: list[str] = Field(default_factory=list)
+    model: str | None = None
+    window: int | None = None
+    took_rerank_ms: float | None = None
+    fusion: dict[str, Any] | None = None
+
+
+def validation_problems(exc: ValidationError, where: Callable[[tuple], str]) -> str:
+    """``field: message (got value)`` for each error; ``where(loc)`` names the field as the client wrote it."""
+    return "; ".join(f"{where(err['loc'])}: {err['msg']} (got {err.get('input')!r})" for err in exc.errors())
+
+
+def take_mode(params: dict[str, str]) -> str | None:
+    """Pop and check ``?jingpai=off|augment|rerank``.
+
+    Raises:
+        BadGatewayRequest: an unknown mode (the valid ones are named).
+    """
+    mode = params.pop("jingpai", None)
+    if mode is not None and mode not in GATEWAY_MODES:
+        raise BadGatewayRequest(f"unknown ?jingpai={mode!r}; expected one of {', '.join(GATEWAY_MODES)}")
+    return mode
+
+
+def take_fusion(params: dict[str, str]) -> FusionParams:
+    """Pop and validate the ``?jingpai_fusion…`` URL parameters (they never reach the engine).
+
+    Raises:
+        BadGatewayRequest: a bad value; the message names the parameter and the valid values.
+    """
+    given = {field: params.pop(name) for name, field in FUSION_URL_PARAMS.items() if name in params}
+    try:
+        return FusionParams.model_validate(given)
+    except ValidationError as exc:
+        problems = validation_problems(exc, lambda loc: f"?jingpai_{'.'.join(str(p) for p in loc)}")
+        raise BadGatewayRequest(f"invalid fusion parameter: {problems}") from exc
+
+
+def take_ext(body: dict) -> JingpaiExt:
+    """Pop and validate ``ext.jingpai`` from ``body`` (an ``ext`` left empty goes too).
+
+    Raises:
+        BadGatewayRequest: an invalid section; the message names the key and the valid keys.
+    """
+    ext = body.get("ext")
+    if not isinstance(ext, dict) or "jingpai" not in ext:
+        return JingpaiExt()
+    raw = ext.pop("jingpai")
+    if not ext:
+        body.pop("ext")
+    try:
+        return JingpaiExt.model_validate(raw)
+    except ValidationError as exc:
+        problems = validation_problems(exc, lambda loc: ".".join(str(p) for p in loc) or "ext.jingpai")
+        raise BadGatewayRequest(f"invalid ext.jingpai: {problems}; valid keys: {', '.join(JingpaiExt.model_fields)}") from exc
+
+
+__all__ = [
+    "FUSION_URL_PARAMS", "FusionParams", "JingpaiExt", "JingpaiInfo", "take_ext", "take_fusion", "take_mode", "validation_problems",
+]

@@ -1,0 +1,291 @@
+"""Planning one search: what the gateway does to it before forwarding, decided without I/O.
+
+:func:`parse_search` reads the client's search (body, URL parameters) and removes the gateway's own
+parameters; :func:`plan_search` decides augmentation and reranking from it and the index's meta and
+returns a frozen :class:`SearchPlan`: the body and parameters to forward and everything the finishing step
+needs. Neither touches HTTP: the caller looks the index meta up (with the client's credentials,
+:mod:`jingpai.plugin.gateway.meta`) between the two, so both are unit-testable on plain data::
+
+    >>> settings = GatewaySettings(engine_url="http://e:9200", reranker_url="http://r:8081")
+    >>> search = parse_search("docs", {"query": {"match": {"title": "GDP"}}, "size": 5}, {}, settings=settings)
+    >>> plan = plan_search(search, IndexMeta(("title",), None, "term_frequency", "nested"), Planner(settings))
+    >>> plan.rerank, plan.window, plan.body["size"]
+    (True, 20, 20)
+
+The reasons a search is not reranked (``plan.reason``) are the ``jingpai.reason`` values of docs/gateway.md.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from jingpai.indexer.mapping import IndexMeta
+from jingpai.plugin.augment import QueryRewriter, RewriteResult, find_full_text
+from jingpai.plugin.filter_path import FilterPath
+from jingpai.plugin.gateway.errors import BadGatewayRequest, NotOursToJudge
+from jingpai.plugin.gateway.models import FusionParams, JingpaiExt, JingpaiInfo, take_ext
+from jingpai.plugin.gateway.source import SourceFold, fold_source
+from jingpai.plugin.settings import GatewaySettings
+from jingpai.reranker.fusion import FusionError, FusionSpec
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """A client's search as the gateway read it (:func:`parse_search`): its own parameters taken off."""
+
+    index: str | None
+    #: a copy of the client's body without ``ext.jingpai``
+    body: dict
+    params: Mapping[str, str]
+    ext: JingpaiExt
+    mode: str
+    fusion: FusionSpec
+    #: whether ``body`` already differs from what the client sent (``ext.jingpai`` was removed)
+    rewritten: bool = False
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """What the gateway decided for one search before forwarding it (built once, never changed)."""
+
+    #: the body to forward (the planner's own copy; not to be modified)
+    body: dict
+    params: Mapping[str, str]
+    mode: str
+    reason: str | None = None
+    augment_reason: str | None = None
+    rewrite: RewriteResult | None = None
+    rerank: bool = False
+    query_text: str = ""
+    from_: int = 0
+    size: int = 10
+    window: int = 0
+    fusion: FusionSpec | None = None
+    #: the rerank fields and what ``_source`` folding added for them
+    source: SourceFold = field(default_factory=lambda: SourceFold(()))
+    #: the client's ``filter_path``, taken off the engine request and applied to the reranked answer
+    filter_path: FilterPath | None = None
+    #: whether ``body`` differs from what the client sent (else the client's bytes are forwarded as they came)
+    rewritten: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The document fields sent to the reranker."""
+        return self.source.fields
+
+    def info(self, **overrides: Any) -> dict:
+        """The response's ``jingpai`` object (:class:`JingpaiInfo`); ``overrides`` are the finishing step's
+        (``reason``, ``reranked``, ``model``, ``took_rerank_ms``, ``fusion``)."""
+        augmented = bool(self.rewrite and self.rewrite.augmented)
+        data = {
+            "mode": self.mode,
+            "reranked": False,
+            "reason": self.reason,
+            "augmented": augmented,
+            "augment_reason": None if augmented else self.augment_reason,
+            "keywords": [w for w, _ in self.rewrite.keywords] if self.rewrite else [],
+            "window": self.window or None,
+            **overrides,
+        }
+        return JingpaiInfo(**data).model_dump()
+
+
+@dataclass(frozen=True)
+class Planner:
+    """What planning needs from the gateway besides the request: its settings (a search is reranked only when
+    ``reranker_url`` is set) and the query rewriter of an index (``None``: its dictionary is not loaded)."""
+
+    settings: GatewaySettings
+    rewriter_for: Callable[[IndexMeta], QueryRewriter | None] = lambda meta: None
+
+
+# ---------------------------------------------------------------------------------------------- parsing
+
+
+def int_param(value: Any, name: str) -> int:
+    """A non-negative ``from`` / ``size``; anything else is the engine's to judge."""
+    if isinstance(value, bool):
+        raise NotOursToJudge(f"[{name}] is a boolean: {value!r}")
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise NotOursToJudge(f"[{name}] is not an integer: {value!r}") from exc
+    if number < 0:
+        raise NotOursToJudge(f"[{name}] is negative: {number}")
+    return number
+
+
+def msearch_target(value: Any) -> str | None:
+    """An ``_msearch`` header's ``index`` (a name, comma list or list of names) as one expression."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ",".join(value)
+    raise NotOursToJudge(f"_msearch header [index] is neither a string nor a list of strings: {value!r}")
+
+
+def sorts_by_other_fields(sort: Any) -> bool:
+    """Whether a ``sort`` value orders by anything other than descending ``_score``."""
+    if sort in (None, [], ""):
+        return False
+    items = sort if isinstance(sort, list) else [sort]
+    for item in items:
+        if isinstance(item, str):
+            for part in item.split(","):
+                name, _, order = part.partition(":")
+                if name != "_score" or order not in ("", "desc"):
+                    return True
+        elif isinstance(item, dict):
+            for name, spec in item.items():
+                order = spec.get("order", "desc") if isinstance(spec, dict) else spec
+                if name != "_score" or order != "desc":
+                    return True
+        else:
+            return True
+    return False
+
+
+def parse_search(index: str | None, body: dict, params: Mapping[str, str], *, settings: GatewaySettings,
+                 mode_param: str | None = None, fusion_param: FusionParams | None = None) -> SearchRequest:
+    """Read one search: take ``ext.jingpai`` off a copy of ``body`` and resolve its mode and fusion.
+
+    Args:
+        params: the request's URL parameters, the gateway's own (``?jingpai…``) already taken off.
+        mode_param / fusion_param: those URL parameters; they win over ``ext.jingpai``, which wins over
+            the index's ``indices`` entry, which wins over the gateway's settings.
+
+    Raises:
+        BadGatewayRequest: a bad ``ext.jingpai`` or fusion (the gateway's own input).
+    """
+    body = copy.deepcopy(body)
+    had_ext = isinstance(body.get("ext"), dict) and "jingpai" in body["ext"]
+    ext = take_ext(body)
+    requested = FusionParams.model_validate({
+        **ext.model_dump(include=set(FusionParams.model_fields), exclude_none=True),
+        **(fusion_param.model_dump(exclude_none=True) if fusion_param else {}),
+    })
+    try:
+        fusion = requested.over(settings.fusion_for(index))
+    except FusionError as exc:
+        raise BadGatewayRequest(f"invalid fusion for this request: {exc}") from exc
+    mode = mode_param or ext.mode or settings.mode
+    return SearchRequest(index=index, body=body, params=dict(params), ext=ext, mode=mode, fusion=fusion, rewritten=had_ext)
+
+
+def unchanged_plan(body: dict, params: Mapping[str, str], mode: str) -> SearchPlan:
+    """The client's search as it came (only ``ext.jingpai`` removed): not augmented, not reranked."""
+    ext = body.get("ext")
+    rewritten = isinstance(ext, dict) and "jingpai" in ext
+    if rewritten:
+        rest = {k: v for k, v in ext.items() if k != "jingpai"}
+        body = {k: v for k, v in body.items() if k != "ext"} | ({"ext": rest} if rest else {})
+    return SearchPlan(body=body, params=params, mode=mode, reason="unsupported_request", augment_reason="unsupported_request",
+                      rewritten=rewritten)
+
+
+# ---------------------------------------------------------------------------------------------- planning
+
+
+def shape_reason(body: dict, params: Mapping[str, str], planner: Planner) -> str | None:
+    """Why a search is not reranked because of its shape (``None``: it may be); needs no index lookup."""
+    if planner.settings.reranker_url is None:
+        return "no_reranker_configured"
+    if "scroll" in params:
+        return "scroll"
+    if "pit" in body:
+        return "pit"
+    if "search_after" in body:
+        return "search_after"
+    if sorts_by_other_fields(body.get("sort")) or sorts_by_other_fields(params.get("sort")):
+        return "sort"
+    size = int_param(params.get("size", body.get("size", 10)), "size")
+    if size == 0:
+        return "aggregations_only" if ("aggs" in body or "aggregations" in body) else "size_0"
+    from_ = int_param(params.get("from", body.get("from", 0)), "from")
+    if from_ + size > planner.settings.max_window:
+        return "window_exceeded"
+    return None
+
+
+def _augment(body: dict, meta: IndexMeta, planner: Planner) -> tuple[RewriteResult, str | None]:
+    """The query's rewrite (set into ``body`` when augmented) and why it was not augmented (``None``: it was, or
+    nothing was left to add)."""
+    query = body.get("query")
+    rewrite = RewriteResult(query=query, clauses=find_full_text(query, meta.text_fields) if query is not None else [])
+    if not rewrite.clauses:
+        return rewrite, "no_full_text_query"
+    rewriter = planner.rewriter_for(meta)
+    if rewriter is None:
+        return rewrite, "dictionary_not_loaded"
+    rewrite = rewriter(query)
+    if rewrite.augmented:
+        body["query"] = rewrite.query
+    return rewrite, None
+
+
+def plan_search(search: SearchRequest, meta: IndexMeta | None, planner: Planner) -> SearchPlan:
+    """Decide augmentation and reranking for ``search`` on an index with ``meta`` (``None``: not a jingpai
+    index, or no index). ``search`` is not changed: the plan holds its own body and parameters.
+
+    Raises:
+        NotOursToJudge: a part of the search the gateway cannot interpret (the caller forwards it unchanged).
+        BadGatewayRequest: ``ext.jingpai.window`` over the gateway's ``max_window``.
+    """
+    # top-level copies: planning only ever sets top-level keys
+    body, params = dict(search.body), dict(search.params)
+    base: dict[str, Any] = {"body": body, "params": params, "mode": search.mode, "fusion": search.fusion, "rewritten": search.rewritten}
+    if search.mode == "off":
+        return SearchPlan(**base, reason="disabled")
+    reason = "augment_only" if search.mode == "augment" else shape_reason(body, params, planner)
+    if meta is None:
+        missing = "not_a_jingpai_index" if search.index else "no_target_index"
+        return SearchPlan(**base, reason=reason or missing, augment_reason=missing)
+    rewrite, augment_reason = _augment(body, meta, planner)
+    base.update(rewrite=rewrite, augment_reason=augment_reason, rewritten=search.rewritten or bool(rewrite.augmented))
+    if reason is None and not (search.ext.query or rewrite.query_text or params.get("q")):
+        reason = "no_full_text_query"
+    if reason is not None:
+        return SearchPlan(**base, reason=reason)
+    return _rerank_plan(base, search.ext, meta, planner.settings)
+
+
+def _rerank_plan(base: dict[str, Any], ext: JingpaiExt, meta: IndexMeta, settings: GatewaySettings) -> SearchPlan:
+    """The plan of a search that is reranked: the engine is asked for the whole window."""
+    body, params = base["body"], base["params"]
+    from_ = int_param(params.get("from", body.get("from", 0)), "from")
+    size = int_param(params.get("size", body.get("size", 10)), "size")
+    if ext.window is not None and ext.window > settings.max_window:
+        raise BadGatewayRequest(f"ext.jingpai.window {ext.window} exceeds the gateway's max_window {settings.max_window}")
+    # The window is the engine's top W whatever the page: it does not grow with from + size, else each
+    # page would rerank a different set and paging would repeat and skip hits. Reranking permutes
+    # engine ranks 1..W among themselves, so positions >= W are the engine's own positions.
+    window = min(ext.window or settings.window, settings.max_window)
+    base.update(from_=from_, size=size, window=window)
+    if from_ >= window:
+        return SearchPlan(**base, reason="beyond_window")  # the engine answers this page as asked
+    params.pop("from", None)
+    params.pop("size", None)
+    body["from"], body["size"] = 0, max(window, from_ + size)
+    filter_path = None
+    if "filter_path" in params:
+        # the engine would filter away what reranking reads (_source, _score): applied to the answer instead
+        filter_path = FilterPath.parse(params.pop("filter_path"))
+    query_text = ext.query or base["rewrite"].query_text or params.get("q", "")
+    fields = tuple(ext.fields or settings.rerank_fields or meta.text_fields)
+    # URL source filters are folded into the body so one place decides what the window must return
+    source = fold_source(body, params, fields)
+    base["rewritten"] = True
+    return SearchPlan(**base, rerank=True, filter_path=filter_path, query_text=query_text, source=source)
+
+
+__all__ = [
+    "Planner", "SearchPlan", "SearchRequest", "int_param", "msearch_target", "parse_search", "plan_search", "shape_reason",
+    "sorts_by_other_fields", "unchanged_plan",
+]
