@@ -91,22 +91,12 @@ def build_settings(ctx: click.Context, values: dict[str, Any], config: Path | No
         raise click.ClickException(str(exc)) from exc
 
 
-def _plain_envvars(command: click.Command) -> click.Command:
-    """One environment variable name per option, as a string: the generated options carry a one-element
-    list, while docker/compose.yaml's checks (tests/docker) read ``param.envvar`` as the variable's name."""
-    for param in command.params:
-        if isinstance(param.envvar, (list, tuple)) and len(param.envvar) == 1:
-            param.envvar = param.envvar[0]
-    return command
-
-
-@_plain_envvars
 @click.command("gateway", cls=JingpaiCommand)
 @settings_options("gateway", GatewaySettings, _CONNECT)
 @click.option("--config", "config", envvar=f"{ENV}CONFIG", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="TOML/JSON file of GatewaySettings fields (CLI and env win).")
 @settings_options("gateway", GatewaySettings, _BEHAVIOUR)
-@click.option("--ui", is_flag=True, help="Also serve the demo UI at /_jingpai/ui/ (engine order next to jingpai order; "
+@click.option("--ui", is_flag=True, envvar=f"{ENV}UI", help="Also serve the demo UI at /_jingpai/ui/ (engine order next to jingpai order; "
               "anyone who can reach the gateway can use it).")
 @click.pass_context
 def gateway(ctx: click.Context, config: Path | None, ui: bool, **values: Any) -> None:

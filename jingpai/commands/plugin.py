@@ -10,12 +10,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from jingpai.commands.base import JingpaiGroup
+from jingpai.commands.options import SHARED_ENGINE_ENV
 from jingpai.plugin.settings import ENV_PREFIX
 
 if TYPE_CHECKING:
     from jingpai.plugin.native import NativeSettings
 
 ENV = ENV_PREFIX
+#: the plugin commands' own name, the shared engine variable, then the gateway's (read before the scheme existed)
+_ENGINE_ENV = ["JINGPAI_PLUGIN_ENGINE", SHARED_ENGINE_ENV, f"{ENV}ENGINE"]
 
 
 def _native_settings(service: str, name: str, fields: str) -> NativeSettings:
@@ -44,7 +47,7 @@ def plugin_group() -> None:
 
 
 @plugin_group.command("opensearch-pipeline")
-@click.option("--engine", envvar=f"{ENV}ENGINE", required=True, metavar="URL", help="OpenSearch URL (needs ML Commons + neural-search).")
+@click.option("--engine", envvar=_ENGINE_ENV, required=True, metavar="URL", help="OpenSearch URL (needs ML Commons + neural-search).")
 @click.option("--service", required=True, metavar="URL", help="`jingpai serve` URL as OpenSearch reaches it.")
 @click.option("--name", default="jingpai-rerank", show_default=True, help="Connector, model and pipeline name.")
 @click.option("--fields", default="title,content", show_default=True, help="Document fields sent to the reranker.")
@@ -65,7 +68,7 @@ def opensearch_pipeline_cmd(engine: str, service: str, name: str, fields: str, p
 
 
 @plugin_group.command("es-inference")
-@click.option("--engine", envvar=f"{ENV}ENGINE", required=True, metavar="URL", help="Elasticsearch >= 8.19 URL (needs x-pack-inference).")
+@click.option("--engine", envvar=_ENGINE_ENV, required=True, metavar="URL", help="Elasticsearch >= 8.19 URL (needs x-pack-inference).")
 @click.option("--service", required=True, metavar="URL", help="`jingpai serve` URL as Elasticsearch reaches it.")
 @click.option("--name", default="jingpai-rerank", show_default=True, help="Inference endpoint id.")
 @click.option("--print-only", is_flag=True, help="Print the request body instead of creating it.")

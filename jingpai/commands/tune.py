@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from jingpai.commands.base import JingpaiCommand
+from jingpai.commands.options import SHARED_ENGINE_ENV
 from jingpai.plugin.settings import ENV_PREFIX, load_config_file
 
 if TYPE_CHECKING:
@@ -84,9 +85,9 @@ def _write(out_dir: Path, settings: TuneSettings, rows: list[TuneRow], best: Tun
 
 
 @click.command("tune", cls=JingpaiCommand)
-@click.option("--engine", envvar=f"{ENV}ENGINE", required=True, metavar="URL", help="Elasticsearch/OpenSearch holding the index.")
+@click.option("--engine", envvar=["JINGPAI_TUNE_ENGINE", SHARED_ENGINE_ENV, f"{ENV}ENGINE"], required=True, metavar="URL", help="Elasticsearch/OpenSearch holding the index.")
 @click.option("--index", "index", required=True, help="The jingpai index (or alias) to search.")
-@click.option("--reranker", envvar=f"{ENV}RERANKER", required=True, metavar="URL", help="`jingpai serve` URL.")
+@click.option("--reranker", envvar=["JINGPAI_TUNE_RERANKER", f"{ENV}RERANKER"], required=True, metavar="URL", help="`jingpai serve` URL.")
 @click.option("--dict", "dicts", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="Keyword dictionary directory (repeatable), for the gateway's augmentation (default: --config's dict_dirs).")
 @click.option("--pairs", type=click.Path(exists=True, path_type=Path),

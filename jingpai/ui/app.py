@@ -1,7 +1,7 @@
-"""The demo UI, served by the gateway under ``/_jingpai/ui``: engine order next to jingpai order.
+"""The demo UI, mounted on a gateway under ``/_jingpai/ui``: engine order next to jingpai order.
 
-:func:`ui_routes` returns the routes the gateway app (:func:`jingpai.plugin.gateway.create_app`) puts in
-front of its catch-all pass-through route:
+:func:`ui_routes` returns the routes that ``jingpai demo`` and ``jingpai gateway --ui`` hand to the gateway app
+(``create_app(settings, routes=ui_routes())``), which puts them in front of its catch-all pass-through route:
 
 - ``GET /_jingpai/ui`` → redirect to ``/_jingpai/ui/``;
 - ``GET /_jingpai/ui/`` → ``static/index.html``; ``GET /_jingpai/ui/static/*`` → ``app.js``, ``app.css``;

@@ -108,7 +108,7 @@ def test_dockerfile_targets_users_defaults_and_python() -> None:
     python = re.search(r"ARG PYTHON_VERSION=([\d.]+)", DOCKERFILE.read_text(encoding="utf-8")).group(1)
     assert tuple(int(x) for x in python.split(".")) >= minimum
 
-    for target, command, route in (("reranker", serve, "/health"), ("gateway", gateway, "/_jingpai/ui/")):
+    for target, command, route in (("reranker", serve, "/health"), ("gateway", gateway, "/_jingpai/health")):
         instr = dict(st[target])
         assert instr["CMD"] == f'["{command.name}", "--host", "0.0.0.0"]'
         port = next(p for p in command.params if p.name == "port")
