@@ -163,7 +163,7 @@ SCORE_ENTITIES_MORE_OPTIONS: dict[str, Opt] = {
 def score_entities_cmd(name, model_dir, engine_url, dict_dir, device, **values) -> None:
     """Score each document's title entities against its body with a model; write jingpai.entity_scores."""
     from jingpai.jobs.entity_scores import score_entities
-    from jingpai.reranker.base import ModelLoadError, Reranker
+    from jingpai.reranker.base import Reranker
 
     spec = {**SCORE_ENTITIES_OPTIONS, **SCORE_ENTITIES_MORE_OPTIONS}
     settings = _checked(lambda: settings_from(EntityScoreSettings, values, spec, index=name))
@@ -171,10 +171,7 @@ def score_entities_cmd(name, model_dir, engine_url, dict_dir, device, **values) 
     engine = connect(engine_url)
     if not engine.index_exists(name):
         raise click.ClickException(f"no index or alias named {name!r} at {engine_url}")
-    try:
-        model = Reranker.load(model_dir, device=device)
-    except ModelLoadError as exc:
-        raise click.ClickException(str(exc)) from exc
+    model = Reranker.load(model_dir, device=device)  # ModelLoadError is a JingpaiError: one line, exit 1
     report = _checked(lambda: score_entities(engine, model, settings, dictionary=dictionary))
     click.echo(report.summary())
     if report.failed:

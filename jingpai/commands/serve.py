@@ -64,8 +64,7 @@ def serve(host: str, port: int, log_level: str, **values) -> None:
     import torch
     import uvicorn
 
-    from jingpai.reranker.base import ModelLoadError, Reranker
-    from jingpai.reranker.registry import UnknownArchitectureError
+    from jingpai.reranker.base import Reranker
     from jingpai.reranker.service import create_app, resolve_device
 
     model_dir: Path = values["model_dir"]
@@ -76,7 +75,7 @@ def serve(host: str, port: int, log_level: str, **values) -> None:
         model = Reranker.load(model_dir, device=resolve_device(settings.device))
         # the model was loaded for the service alone: it is handed over rather than copied
         app = create_app(settings, model, copy_model=False)
-    except (ValueError, ModelLoadError, UnknownArchitectureError) as exc:  # a model's own checks; not jingpai.errors yet
+    except ValueError as exc:  # a model's own config checks (ModelLoadError & co. are JingpaiErrors, caught by the command)
         raise click.ClickException(str(exc)) from exc
     service = app.state.service
     click.echo(f"serving {service.model.name} model {settings.model_name} on http://{host}:{port} ({service.model.device}, "

@@ -43,18 +43,21 @@ def read_jsonl(path: Path) -> list[dict]:
     Raises:
         DemoError: a line is not a JSON object (file and line named).
     """
+    from jingpai.textio import numbered_lines
+
     records = []
-    with path.open(encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DemoError(f"{path}:{number}: malformed JSON ({exc.msg})") from exc
-            if not isinstance(record, dict):
-                raise DemoError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
-            records.append(record)
+    for line in numbered_lines(path):
+        if line.error is not None:
+            raise DemoError(str(line.error)) from line.error
+        if not line.text.strip():
+            continue
+        try:
+            record = json.loads(line.text)
+        except json.JSONDecodeError as exc:
+            raise DemoError(f"{path}:{line.number}: malformed JSON ({exc.msg})") from exc
+        if not isinstance(record, dict):
+            raise DemoError(f"{path}:{line.number}: expected a JSON object, got {type(record).__name__}")
+        records.append(record)
     return records
 
 

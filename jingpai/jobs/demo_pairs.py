@@ -192,9 +192,10 @@ def pseudo_splits(records: Sequence[dict], dictionary: Dictionary, recipe: DemoR
 
 def _documents(records: Sequence[dict], dictionary: Dictionary, recipe: DemoRecipe) -> list[_Doc]:
     """The records with a text and at least two dictionary keywords (``DemoModelError`` when too few)."""
-    from jingpai.keyword_dict import Segmenter, extract_keywords
+    from jingpai.keyword_dict import KeywordExtractor, Segmenter
 
     segmenter = Segmenter(dictionary)
+    extractor = KeywordExtractor(dictionary, top_k=recipe.keywords_top_k, segmenter=segmenter)
     docs: list[_Doc] = []
     for record in records:
         text = doc_text(record, recipe.lead_chars)
@@ -202,7 +203,7 @@ def _documents(records: Sequence[dict], dictionary: Dictionary, recipe: DemoReci
             continue
         title = str(record.get("title") or "")
         full = f"{title}\n{record.get('content') or ''}"
-        keywords = [w for w, _ in extract_keywords(full, dictionary, top_k=recipe.keywords_top_k, segmenter=segmenter)]
+        keywords = extractor.words(full)
         if len(keywords) >= 2:
             head, head_words = title_head(title, segmenter)
             docid = str(record["id"]) if record.get("id") not in (None, "") else f"doc{len(docs)}"

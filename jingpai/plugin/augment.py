@@ -198,16 +198,19 @@ class QueryRewriter:
         self.dictionary = dictionary
         self.segmenter = segmenter
         self.keywords_top_k = keywords_top_k
+        self.extractor = None
+        if dictionary is not None:
+            # imported here: keyword_dict loads numpy and jieba, which a gateway without dictionaries never needs
+            from jingpai.keyword_dict.keywords import KeywordExtractor
+
+            self.extractor = KeywordExtractor(dictionary, top_k=keywords_top_k, segmenter=segmenter)
         self.seg_boost = seg_boost
         self.keyword_boost = keyword_boost
         self.weight_boost = weight_boost
 
     def keywords(self, text: str) -> list[tuple[str, float]]:
-        if self.dictionary is None:
-            return []
-        from jingpai.keyword_dict import extract_keywords
-
-        return list(extract_keywords(text, self.dictionary, top_k=self.keywords_top_k, segmenter=self.segmenter))
+        """The query's dictionary keywords with their weights, best first (none without a dictionary)."""
+        return self.extractor.weighted(text) if self.extractor is not None else []
 
     def augmentation_clauses(self, clause: FullTextClause) -> tuple[list[dict], list[tuple[str, float]]]:
         """The should-clauses added next to one full-text clause, and the keywords they use."""

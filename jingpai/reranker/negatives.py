@@ -122,9 +122,9 @@ def augmented_query(text: str, keywords: Sequence[str]) -> str:
 
 def text_keywords(text: str, dictionary: Dictionary, segmenter: Segmenter, top_k: int) -> list[str]:
     """The ``top_k`` dictionary keywords of ``text``, best first."""
-    from jingpai.keyword_dict import extract_keywords
+    from jingpai.keyword_dict.keywords import KeywordExtractor  # here: keyword_dict loads numpy and jieba
 
-    return [w for w, _ in extract_keywords(text, dictionary, top_k=top_k, segmenter=segmenter)]
+    return KeywordExtractor(dictionary, top_k=top_k, segmenter=segmenter).words(text)
 
 
 def replace_entity(
