@@ -15,9 +15,8 @@ import click
 
 from jingpai.commands.base import JingpaiGroup
 from jingpai.commands.options import Opt, settings_from, settings_options
-from jingpai.keyword_dict.build import BuildSettings
+from jingpai.keyword_dict.settings import BuildSettings, DiscoverySettings
 from jingpai.keyword_dict.corpus import LabelledSpec, read_documents, read_labelled
-from jingpai.keyword_dict.discovery import DiscoverySettings
 
 logger = logging.getLogger(__name__)
 

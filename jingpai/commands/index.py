@@ -14,12 +14,18 @@ import click
 
 from jingpai.commands.base import JingpaiGroup
 from jingpai.commands.options import Opt, engine_option, settings_from, settings_options
-from jingpai.engine.client import connect
-from jingpai.indexer.pipeline import IndexSettings
+from jingpai.indexer.settings import IndexSettings
 from jingpai.indexer.readers import FORMATS
-from jingpai.jobs.entity_scores import EntityScoreSettings
+from jingpai.jobs.entity_settings import EntityScoreSettings
 
 logger = logging.getLogger(__name__)
+
+
+def _connect(url: str):  # noqa: ANN202 - an Engine
+    # imported here: the engine client loads httpx, which `jingpai index --help` must not pay for
+    from jingpai.engine.client import connect
+
+    return connect(url)
 
 
 class _DefaultToRun(JingpaiGroup):
@@ -79,7 +85,7 @@ def run(paths, index_name, engine_url, dict_dir, **values) -> None:
     settings = _checked(lambda: settings_from(IndexSettings, values, RUN_OPTIONS, index=index_name))
     dictionary = _dictionary(dict_dir)
     try:
-        report = index_corpus(connect(engine_url), paths, settings, dictionary=dictionary)
+        report = index_corpus(_connect(engine_url), paths, settings, dictionary=dictionary)
     except BuildCheckError as exc:
         click.echo(exc.report.summary())
         if exc.report.rejected:
@@ -117,7 +123,7 @@ def status(name: str, engine_url: str) -> None:
     """List the physical versions of index NAME and which one the alias serves."""
     from jingpai.indexer.versions import list_versions
 
-    versions = list_versions(connect(engine_url), name)
+    versions = list_versions(_connect(engine_url), name)
     if not versions:
         raise click.ClickException(f"no jingpai index versions named {name}-<dict>-<n> at {engine_url}")
     for v in versions:
@@ -133,7 +139,7 @@ def prune(name: str, engine_url: str, keep: int) -> None:
     """Delete physical versions of NAME that the alias no longer serves."""
     from jingpai.indexer.versions import delete_old_versions
 
-    deleted = delete_old_versions(connect(engine_url), name, keep=keep)
+    deleted = delete_old_versions(_connect(engine_url), name, keep=keep)
     click.echo("deleted: " + (", ".join(deleted) if deleted else "nothing"))
 
 
@@ -168,7 +174,7 @@ def score_entities_cmd(name, model_dir, engine_url, dict_dir, device, **values) 
     spec = {**SCORE_ENTITIES_OPTIONS, **SCORE_ENTITIES_MORE_OPTIONS}
     settings = _checked(lambda: settings_from(EntityScoreSettings, values, spec, index=name))
     dictionary = _dictionary(dict_dir)
-    engine = connect(engine_url)
+    engine = _connect(engine_url)
     if not engine.index_exists(name):
         raise click.ClickException(f"no index or alias named {name!r} at {engine_url}")
     model = Reranker.load(model_dir, device=device)  # ModelLoadError is a JingpaiError: one line, exit 1

@@ -18,7 +18,6 @@ import click
 
 from jingpai.commands.base import JingpaiCommand
 from jingpai.commands.options import SHARED_ENGINE_ENV, Opt, engine_option, env_name, settings_from, settings_options
-from jingpai.engine.client import EngineConnectionError
 from jingpai.reranker.data import FORMATS
 from jingpai.reranker.negatives import NegativeResult, NegativeSettings
 
@@ -70,7 +69,7 @@ def negatives(data_path, fmt, engine_url, index_name, build_index, dict_dir, rel
         result = _sample(queries, pool, known, settings, engine_url=engine_url, index_name=index_name, dict_dir=dict_dir,
                          build_index=build_index)
         write_pairs(positives + result.pairs, out_path)
-    except (EngineConnectionError, ValueError, OSError) as exc:  # bad input or engine not (yet) a JingpaiError
+    except (ValueError, OSError) as exc:  # bad input (the engine's errors are JingpaiErrors, caught by the command)
         raise click.ClickException(str(exc)) from exc
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.stats.items()))
     click.echo(f"wrote {len(positives)} positives and {len(result.pairs)} negatives to {out_path} ({counts})")

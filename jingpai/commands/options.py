@@ -190,7 +190,7 @@ def engine_option(component: str, *, required: bool = False, help: str | None = 
     Read from ``JINGPAI_<COMPONENT>_ENGINE``, then from the shared :data:`SHARED_ENGINE_ENV` (which the
     docker compose file sets once for every command run in the container); defaults to a local node.
     """
-    from jingpai.engine.client import DEFAULT_ENGINE_URL
+    from jingpai.engine.defaults import DEFAULT_ENGINE_URL
 
     primary = env_name(component, "--engine")
     return click.option(

@@ -21,15 +21,13 @@ from typing import Any, Literal
 
 import httpx
 
+from jingpai.engine.defaults import DEFAULT_ENGINE_URL
 from jingpai.errors import UnavailableError
 
 logger = logging.getLogger(__name__)
 
 EngineKind = Literal["opensearch", "elasticsearch"]
 
-
-#: where a locally started engine answers (`jingpai engine up`); the default of every --engine option
-DEFAULT_ENGINE_URL = "http://127.0.0.1:9200"
 
 class EngineConnectionError(UnavailableError, RuntimeError):
     """No Elasticsearch/OpenSearch answered at the given URL."""
@@ -304,4 +302,4 @@ def connect(url: str, *, timeout_s: float = 30.0, headers: dict[str, str] | None
     return Engine(info, timeout_s=timeout_s, headers=headers)
 
 
-__all__ = ["Engine", "EngineConnectionError", "EngineInfo", "EngineKind", "connect", "detect"]
+__all__ = ["DEFAULT_ENGINE_URL", "Engine", "EngineConnectionError", "EngineInfo", "EngineKind", "connect", "detect"]

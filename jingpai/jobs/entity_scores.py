@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from jingpai.errors import UserError
 from jingpai.indexer.bulk import batches
 from jingpai.indexer.entities import MIN_FEATURE, encode_entity_scores, entity_query, feature_key
 from jingpai.indexer.mapping import META_KEY, IndexMeta, read_meta
+from jingpai.jobs.entity_settings import ENTITY_SOURCES, EntityScoreSettings, EntitySource
 
 if TYPE_CHECKING:
     from jingpai.keyword_dict import Dictionary, KeywordExtractor
@@ -43,45 +44,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-EntitySource = Literal["keywords", "title-keywords"]
-ENTITY_SOURCES: tuple[str, ...] = get_args(EntitySource)
 
 
 class EntityScoringError(UserError, RuntimeError):
     """Entity scoring cannot run on this index (bad field choice, missing dictionary, engine failure)."""
-
-
-@dataclass(frozen=True)
-class EntityScoreSettings:
-    """Options of one ``jingpai index score-entities`` run.
-
-    Args:
-        index: alias or index built by ``jingpai index``.
-        entities: ``keywords`` — the document's stored ``jingpai.keywords`` (best first);
-            ``title-keywords`` — dictionary keywords of the title (needs the dictionary).
-        title_field: field whose entities are scored (``None``: the index's first text field).
-        body_field: field they are scored against (``None``: the index's second text field).
-        max_entities: entities scored per document (best first).
-        batch_size: documents per model batch and per bulk request.
-        model_batch_size: pairs (or encodings) per forward pass.
-        progress: log progress every ``batch_size`` documents at INFO level.
-    """
-
-    index: str
-    entities: EntitySource = "keywords"
-    title_field: str | None = None
-    body_field: str | None = None
-    max_entities: int = 10
-    batch_size: int = 64
-    model_batch_size: int = 32
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        if self.entities not in ENTITY_SOURCES:
-            raise ValueError(f"unknown entity source {self.entities!r}; expected one of {', '.join(ENTITY_SOURCES)}")
-        for name in ("max_entities", "batch_size", "model_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass

@@ -7,11 +7,27 @@ Example:
     ['GDP', '中国']
 """
 
-from jingpai.keyword_dict.build import BuildError, BuildSettings, build_dictionary
-from jingpai.keyword_dict.dictionary import Dictionary, DictionaryError, Entry
-from jingpai.keyword_dict.discovery import Candidate, DiscoverySettings, discover
-from jingpai.keyword_dict.keywords import KeywordExtractor
-from jingpai.keyword_dict.segment import Segmenter, extract_keywords, keyword_spans, keywords_from_tokens
+import importlib
+from typing import Any
+
+#: public name -> module that defines it; imported on first use, so that reading the settings (every
+#: ``jingpai … --help``) does not import numpy and jieba
+_EXPORTS = {
+    "BuildError": "build", "build_dictionary": "build",
+    "BuildSettings": "settings", "DiscoverySettings": "settings",
+    "Dictionary": "dictionary", "DictionaryError": "dictionary", "Entry": "dictionary",
+    "Candidate": "discovery", "discover": "discovery",
+    "KeywordExtractor": "keywords",
+    "Segmenter": "segment", "extract_keywords": "segment", "keyword_spans": "segment", "keywords_from_tokens": "segment",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jingpai.keyword_dict' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"jingpai.keyword_dict.{module}"), name)
+
 
 __all__ = [
     "BuildError",

@@ -11,7 +11,6 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -19,16 +18,14 @@ import numpy as np
 from jingpai.errors import UserError
 from jingpai.keyword_dict.diffidf import VocabularyIndex, diff_idf, domain_document_frequencies
 from jingpai.keyword_dict.dictionary import Dictionary
-from jingpai.keyword_dict.discovery import DiscoverySettings, candidate_mask, find_words
+from jingpai.keyword_dict.discovery import candidate_mask, find_words
 from jingpai.keyword_dict.ngrams import chunks
 from jingpai.keyword_dict.segment import Segmenter
+from jingpai.keyword_dict.settings import PARALLEL_MIN_CHARS, BuildSettings, DiscoverySettings
 
 logger = logging.getLogger(__name__)
 
 
-#: below this many characters in all corpora together, starting worker processes costs more than it
-#: saves: forked workers start in milliseconds, spawned ones re-import numpy and the segmenter (~1 s)
-PARALLEL_MIN_CHARS = {"fork": 300_000, "spawn": 5_000_000}
 #: a domain with fewer documents gets a warning: its document frequencies are too coarse for diff-idf
 FEW_DOCS = 20
 
@@ -48,38 +45,6 @@ class BuildError(UserError, ValueError):
 
 def _listed(items: Sequence[str], limit: int = 5) -> str:
     return "; ".join(items[:limit]) + (f"; and {len(items) - limit} more" if len(items) > limit else "")
-
-
-@dataclass(frozen=True)
-class BuildSettings:
-    """Every parameter of a dictionary build (recorded in the dictionary's ``meta.json``).
-
-    Args:
-        discovery: new-word discovery thresholds.
-        known_words: also score the segmenter's own words found in the corpus (min 2 characters).
-        known_min_count: minimum occurrences of a known word in the domain.
-        smoothing: λ in diff-idf.
-        min_score: keep words whose diff-idf is at least this.
-        min_df: keep words found in at least this many documents of the domain.
-        top_n: keep at most this many words per domain (``None``: all above the threshold).
-        workers: processes for the per-domain work (``None``: one per CPU core when the corpora hold at
-            least :data:`PARALLEL_MIN_CHARS` characters for the way processes start here, else
-            in-process; 1: in-process).
-    """
-
-    discovery: DiscoverySettings = field(default_factory=DiscoverySettings)
-    known_words: bool = True
-    known_min_count: int = 3
-    smoothing: float = 1.0
-    min_score: float = 0.5
-    min_df: int = 2
-    top_n: int | None = 5000
-    workers: int | None = None
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data.pop("workers")  # how fast, not what: must not change the recorded parameters
-        return data
 
 
 @lru_cache(maxsize=1)
@@ -308,4 +273,4 @@ def _why_empty(name: str, st: dict, s: BuildSettings) -> str:
     )
 
 
-__all__ = ["BuildError", "BuildSettings", "build_dictionary"]
+__all__ = ["BuildError", "BuildSettings", "DiscoverySettings", "build_dictionary"]

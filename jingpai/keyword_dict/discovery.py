@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from jingpai.keyword_dict.settings import DiscoverySettings
 from jingpai.keyword_dict.ngrams import (
     RUN_BASE,
     Level,
@@ -37,38 +38,6 @@ from jingpai.keyword_dict.ngrams import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DiscoverySettings:
-    """Thresholds of new-word discovery.
-
-    Args:
-        min_n: shortest candidate, in units (Han characters or Latin/digit runs).
-        max_n: longest candidate, in units.
-        min_count: minimum occurrences in the corpus.
-        min_pmi: minimum PMI of the weakest split (natural log).
-        min_entropy: minimum of left and right neighbour entropy (nats).
-        chunk_chars: the corpus is counted in chunks of about this many characters (memory grows with
-            the chunk; a corpus that fits one chunk is counted exactly, and fastest).
-        max_table: when an n-gram table carried across chunks grows past this many entries, its
-            rarest n-grams are pruned (lossy counting: bounded memory, counts of very rare n-grams
-            become approximate).
-    """
-
-    min_n: int = 2
-    max_n: int = 6
-    min_count: int = 5
-    min_pmi: float = 3.0
-    min_entropy: float = 1.0
-    chunk_chars: int = 2_000_000
-    max_table: int = 4_000_000
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.min_n <= self.max_n:
-            raise ValueError(f"n-gram range must satisfy 1 <= min_n <= max_n, got min_n={self.min_n}, max_n={self.max_n}")
-        if self.min_count < 1:
-            raise ValueError(f"min_count must be >= 1, got {self.min_count}")
 
 
 @dataclass(frozen=True)

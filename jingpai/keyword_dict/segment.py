@@ -35,7 +35,7 @@ class Segmenter:
 
     Example:
         >>> Segmenter().cut("哪些因素会影响中国的GDP")
-        ['哪些', '因素', '会', '影响', '中国', '的', 'GDP']
+        ['哪些因素', '会', '影响', '中国', '的', 'GDP']
     """
 
     def __init__(self, dictionary: Dictionary | None = None, *, backend: Backend = "rjieba", hmm: bool = False) -> None:

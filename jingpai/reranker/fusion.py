@@ -38,9 +38,10 @@ import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 from jingpai.errors import UserError
 
@@ -122,6 +123,7 @@ class FusionSpec:
         Raises:
             FusionError: lengths differ or a model score is not finite.
         """
+        import numpy as np  # lazy: the gateway's settings (and so every --help) import this module
         model = np.asarray(model_scores, dtype=np.float64)
         n = model.shape[0]
         if model.ndim != 1 or not np.isfinite(model).all():
@@ -149,6 +151,7 @@ def min_max(values: Sequence[float] | np.ndarray) -> np.ndarray:
     >>> min_max([7.0, 7.0]).tolist()
     [1.0, 1.0]
     """
+    import numpy as np  # lazy: the gateway's settings (and so every --help) import this module
     x = np.asarray(values, dtype=np.float64)
     if x.size == 0:
         return x
@@ -164,6 +167,7 @@ def ranks_of(scores: Sequence[float] | np.ndarray) -> np.ndarray:
     >>> ranks_of([0.2, 0.9, 0.2]).tolist()
     [2.0, 1.0, 3.0]
     """
+    import numpy as np  # lazy: the gateway's settings (and so every --help) import this module
     order = fused_order(scores)
     ranks = np.empty(len(order), dtype=np.float64)
     ranks[order] = np.arange(1, len(order) + 1)
@@ -176,12 +180,14 @@ def fused_order(fused: Sequence[float] | np.ndarray, engine_ranks: Sequence[int]
     >>> fused_order([0.5, 0.9, 0.5], [3, 2, 1]).tolist()
     [1, 2, 0]
     """
+    import numpy as np  # lazy: the gateway's settings (and so every --help) import this module
     scores = np.asarray(fused, dtype=np.float64)
     ranks = np.arange(scores.shape[0]) if engine_ranks is None else np.asarray(engine_ranks)
     return np.lexsort((ranks, -scores))
 
 
 def _engine_array(engine_scores: Sequence[float | None] | np.ndarray | None, n: int) -> np.ndarray | None:
+    import numpy as np  # lazy: the gateway's settings (and so every --help) import this module
     if engine_scores is None:
         return None
     values = list(engine_scores)
@@ -198,6 +204,7 @@ def _engine_array(engine_scores: Sequence[float | None] | np.ndarray | None, n: 
 
 
 def _engine_ranks(engine: np.ndarray | None, given: Sequence[int] | np.ndarray | None, n: int) -> np.ndarray:
+    import numpy as np  # lazy: the gateway's settings (and so every --help) import this module
     if given is not None:
         ranks = np.asarray(given, dtype=np.float64)
         if ranks.shape != (n,):
