@@ -64,6 +64,7 @@ def test_descriptor_extends_painless_only_when_painless_is_there() -> None:
     assert "\nextended.plugins=lang-painless\n" in both
 
 
+@pytest.mark.engine
 def test_the_node_loads_the_modules_and_the_plain_node_stays_plain(
     opensearch_modules: Engine, engines: dict[str, Engine]
 ) -> None:
@@ -79,6 +80,7 @@ def test_the_node_loads_the_modules_and_the_plain_node_stays_plain(
         assert "createClassLoader" in (painless / "plugin-security.policy").read_text()
 
 
+@pytest.mark.engine
 def test_verify_names_the_modules_a_node_lacks(engines: dict[str, Engine]) -> None:
     url = urlsplit(engines["opensearch"].url)
     if url.hostname != "127.0.0.1":
@@ -132,6 +134,7 @@ def _highlights(engine: Engine, name: str, text: str) -> dict[str, list[str]]:
     return {h["_id"]: h["highlight"]["title"] for h in engine.search(name, body)["hits"]["hits"]}
 
 
+@pytest.mark.engine
 def test_cjk_bigrams_synonyms_and_whole_word_highlights(opensearch_modules: Engine, new_index: Callable[[Engine], str]) -> None:
     engine = opensearch_modules
     fresh_index = new_index(engine)
@@ -154,6 +157,7 @@ def test_cjk_bigrams_synonyms_and_whole_word_highlights(opensearch_modules: Engi
     assert [h["_id"] for h in hits] == ["2"]
 
 
+@pytest.mark.engine
 def test_plain_node_has_no_cjk_bigram_and_highlights_per_character(
     engines: dict[str, Engine], new_index: Callable[[Engine], str]
 ) -> None:
@@ -169,6 +173,7 @@ def test_plain_node_has_no_cjk_bigram_and_highlights_per_character(
 
 # ---------------------------------------------------------------- lang-painless
 
+@pytest.mark.engine
 def test_painless_script_query_and_script_score(opensearch_modules: Engine, new_index: Callable[[Engine], str]) -> None:
     engine = opensearch_modules
     fresh_index = new_index(engine)
@@ -184,6 +189,7 @@ def test_painless_script_query_and_script_score(opensearch_modules: Engine, new_
     assert sorted(h["_id"] for h in engine.search(fresh_index, body)["hits"]["hits"]) == ["b", "c"]
 
 
+@pytest.mark.engine
 def test_plain_node_refuses_painless(engines: dict[str, Engine], new_index: Callable[[Engine], str]) -> None:
     engine = engines["opensearch"]
     fresh_index = new_index(engine)
