@@ -6,8 +6,10 @@ tests/indexer/test_rank_features.py); the plain nodes of ``engines`` show the fa
 
 from __future__ import annotations
 
+import shutil
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -78,6 +80,47 @@ def test_the_node_loads_the_modules_and_the_plain_node_stays_plain(
         assert {p.name for p in painless.glob("*.jar")} >= {"lang-painless-2.19.6.jar", "opensearch-scripting-painless-spi-2.19.6.jar"}
         assert any(p.name.startswith("antlr4-runtime-") for p in painless.glob("*.jar"))
         assert "createClassLoader" in (painless / "plugin-security.policy").read_text()
+        port = urlsplit(opensearch_modules.url).port
+        assert [n.modules for n in harness.running("opensearch") if n.port == port] == [tuple(MODULE_NAMES)]
+        status = CliRunner().invoke(cli, ["engine", "status"], terminal_width=400)
+        line = next(row for row in status.output.splitlines() if f"port {port} " in row)
+        assert line.endswith("modules analysis-common,lang-painless,mapper-extras")
+
+
+@pytest.fixture
+def own_engines_dir() -> Iterator[Path]:
+    """An engines dir of this test's own whose plain distribution and module jars are the shared ones.
+
+    ``dist`` is a real folder (a home with modules made here stays here) holding a link to the shared
+    plain distribution. It lies next to the default cache (see tests/engine/test_harness.py: the engine
+    user must traverse it).
+    """
+    shared = harness.default_cache_dir()
+    settings = EngineSettings(kind="opensearch", cache_dir=shared, modules=("mapper-extras",))
+    harness.ensure_home_with_modules(settings)  # fetches the jars once into the shared cache
+    engines_dir = shared.parent / f"test-{uuid.uuid4().hex[:10]}" / "engines"
+    (engines_dir / "dist").mkdir(parents=True)
+    (engines_dir / "dist" / settings.dist_home.name).symlink_to(settings.dist_home, target_is_directory=True)
+    (engines_dir / "modules").symlink_to(shared / "modules", target_is_directory=True)
+    try:
+        yield engines_dir
+    finally:
+        shutil.rmtree(engines_dir.parent, ignore_errors=True)  # unlinks the links, never follows them
+
+
+@pytest.mark.engine
+def test_a_module_that_fails_to_load_is_named_with_the_log(own_engines_dir: Path) -> None:
+    settings = EngineSettings(kind="opensearch", port=harness.free_port(), cache_dir=own_engines_dir, modules=("mapper-extras",))
+    home = harness.ensure_home_with_modules(settings)
+    assert home.parent == own_engines_dir / "dist" and home != settings.dist_home
+    descriptor_file = home / "modules" / "mapper-extras" / "plugin-descriptor.properties"
+    descriptor_file.write_text(descriptor_file.read_text().replace("MapperExtrasPlugin", "NoSuchPlugin"))
+    try:
+        with pytest.raises(EngineError, match=r"^opensearch with modules mapper-extras: opensearch exited with code \d+ during start-up; see .*engine\.log") as err:
+            harness.start(settings)
+        assert "NoSuchPlugin" in str(err.value)  # the log's error line comes with it
+    finally:
+        harness.stop(settings, purge=True)
 
 
 @pytest.mark.engine
