@@ -19,7 +19,7 @@ from jingpai.cli import cli
 from jingpai.engine import harness
 from jingpai.engine.client import Engine
 from jingpai.engine.harness import MODULE_NAMES, EngineError, EngineModuleError, EngineSettings
-from jingpai.engine.modules import OPENSEARCH_MODULES, descriptor
+from jingpai.engine.modules import OPENSEARCH_MODULES, descriptor, ensure_module_jars
 from jingpai.errors import UserError
 
 VALID = "valid modules: analysis-common, lang-painless, mapper-extras"
@@ -97,7 +97,8 @@ def own_engines_dir() -> Iterator[Path]:
     """
     shared = harness.default_cache_dir()
     settings = EngineSettings(kind="opensearch", cache_dir=shared, modules=("mapper-extras",))
-    harness.ensure_home_with_modules(settings)  # fetches the jars once into the shared cache
+    harness.ensure_distribution(settings)
+    ensure_module_jars(settings, "mapper-extras")  # fetched once into the shared cache
     engines_dir = shared.parent / f"test-{uuid.uuid4().hex[:10]}" / "engines"
     (engines_dir / "dist").mkdir(parents=True)
     (engines_dir / "dist" / settings.dist_home.name).symlink_to(settings.dist_home, target_is_directory=True)
