@@ -1,7 +1,9 @@
 """Shared fixtures: real Elasticsearch and OpenSearch nodes, started once per test session.
 
 Set ``JINGPAI_TEST_OPENSEARCH_URL`` / ``JINGPAI_TEST_ELASTICSEARCH_URL`` to reuse nodes you already
-run (``jingpai engine up``) and skip the start-up while iterating locally.
+run (``jingpai engine up``) and skip the start-up while iterating locally. The OpenSearch node with the
+optional modules (:func:`opensearch_modules`) starts only for the tests that ask for it; reuse one with
+``JINGPAI_TEST_OPENSEARCH_MODULES_URL`` (``jingpai engine up --modules analysis-common,lang-painless,mapper-extras``).
 """
 
 from __future__ import annotations
@@ -69,3 +71,22 @@ def index_name(engine: Engine) -> Iterator[str]:
     name = f"test-{uuid.uuid4().hex[:10]}"
     yield name
     engine.raw.indices.delete(index=f"{name}*")
+
+
+@pytest.fixture(scope="session")
+def opensearch_modules() -> Iterator[Engine]:
+    """An OpenSearch node WITH ``analysis-common``, ``lang-painless`` and ``mapper-extras`` (from Maven Central).
+
+    A third node, started (about 30 s) only by the tests that use this fixture, and stopped after the session.
+    """
+    given = os.environ.get("JINGPAI_TEST_OPENSEARCH_MODULES_URL")
+    settings = None if given else harness.EngineSettings(
+        kind="opensearch", port=harness.free_port(), modules=harness.MODULE_NAMES
+    )
+    try:
+        client = connect(given or harness.start(settings).url)
+        yield client
+        client.close()
+    finally:
+        if settings is not None:
+            harness.stop(settings, purge=True)

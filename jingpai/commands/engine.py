@@ -12,7 +12,7 @@ import click
 
 from jingpai.commands.base import JingpaiGroup
 from jingpai.commands.options import Opt, settings_from, settings_options
-from jingpai.engine.harness import EngineSettings, run_dir, running, start, status, stop
+from jingpai.engine.harness import MODULE_NAMES, EngineSettings, run_dir, running, start, status, stop
 
 #: how EngineSettings' fields look on the command line (env ``JINGPAI_ENGINE_*``)
 NODE_OPTIONS: dict[str, Opt] = {
@@ -20,7 +20,15 @@ NODE_OPTIONS: dict[str, Opt] = {
     "version": Opt(help="Distribution version (default: the tested one)."),
     "port": Opt(help="HTTP port on 127.0.0.1 (default 9200 OpenSearch, 9201 Elasticsearch)."),
 }
-HEAP_OPTIONS: dict[str, Opt] = {"heap": Opt(help="JVM heap size.")}
+HEAP_OPTIONS: dict[str, Opt] = {
+    "heap": Opt(help="JVM heap size."),
+    "modules": Opt(
+        csv=True,
+        metavar="NAME,…",
+        help=f"OpenSearch only: modules to add from Maven Central ({', '.join(MODULE_NAMES)}); "
+        "Elasticsearch 8.19's are not published there.",
+    ),
+}
 _kind_port = {name: NODE_OPTIONS[name] for name in ("kind", "port")}
 
 # not generated from EngineSettings.cache_dir: the option names the cache's parent (the engines live in
@@ -50,7 +58,8 @@ def _engines_dir(cache_dir: Path | None) -> Path | None:
 def up(cache_dir: Path | None, **values) -> None:
     """Download (once), configure and start a node; print its URL."""
     settings = settings_from(EngineSettings, values, {**NODE_OPTIONS, **HEAP_OPTIONS}, cache_dir=_engines_dir(cache_dir))
-    click.echo(f"starting {settings.kind} {settings.resolved_version} on {settings.url} …", err=True)
+    with_modules = f" with modules {', '.join(settings.modules)}" if settings.modules else ""
+    click.echo(f"starting {settings.kind} {settings.resolved_version}{with_modules} on {settings.url} …", err=True)
     node = start(settings)
     click.echo(f"{node.kind} {node.version} ready (pid {node.pid}, log {node.log_file})", err=True)
     click.echo(node.url)
@@ -102,4 +111,8 @@ def status_cmd(cache_dir: Path | None) -> None:
         click.echo(f"no nodes recorded under {run_dir(engines_dir)}")
     for node in nodes:
         state = "running" if node.alive else "stopped"
-        click.echo(f"{node.kind:<14} {node.version:<9} port {node.port:<6} {state:<8} pid {node.pid:<8} {node.url}  log {node.log_file}")
+        modules = f"  modules {','.join(node.modules)}" if node.modules else ""
+        click.echo(
+            f"{node.kind:<14} {node.version:<9} port {node.port:<6} {state:<8} pid {node.pid:<8} {node.url}  "
+            f"log {node.log_file}{modules}"
+        )

@@ -37,8 +37,8 @@ def java_home() -> Path:
 
 
 def ensure_distribution(settings: EngineSettings) -> Path:
-    """Download (once) and unpack (once) the integ-test-zip; return the unpacked home."""
-    home = settings.home
+    """Download (once) and unpack (once) the integ-test-zip; return the unpacked home (``settings.dist_home``)."""
+    home = settings.dist_home
     marker = home / ".jingpai-unpacked"
     if marker.exists():
         return home

@@ -24,6 +24,7 @@ Example:
 from __future__ import annotations
 
 from jingpai.engine.distributions import ensure_distribution, java_home
+from jingpai.engine.modules import OPENSEARCH_MODULES, ensure_home_with_modules, loaded_modules, verify_modules
 from jingpai.engine.node import launch, run_dir, running, start, status, stop, wait
 from jingpai.engine.settings import (
     ARTIFACTS,
@@ -31,8 +32,10 @@ from jingpai.engine.settings import (
     DEFAULT_VERSIONS,
     ENGINE_KINDS,
     ENGINE_USER,
+    MODULE_NAMES,
     EngineError,
     EngineKind,
+    EngineModuleError,
     EngineSettings,
     NodeInfo,
     default_cache_dir,
@@ -45,19 +48,25 @@ __all__ = [
     "DEFAULT_VERSIONS",
     "ENGINE_KINDS",
     "ENGINE_USER",
+    "MODULE_NAMES",
+    "OPENSEARCH_MODULES",
     "EngineError",
     "EngineKind",
+    "EngineModuleError",
     "EngineSettings",
     "NodeInfo",
     "default_cache_dir",
     "ensure_distribution",
+    "ensure_home_with_modules",
     "free_port",
     "java_home",
     "launch",
+    "loaded_modules",
     "run_dir",
     "running",
     "start",
     "status",
     "stop",
+    "verify_modules",
     "wait",
 ]

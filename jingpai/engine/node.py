@@ -20,7 +20,8 @@ from pathlib import Path
 
 import httpx
 
-from jingpai.engine.distributions import require_tool, ensure_distribution, java_home
+from jingpai.engine.distributions import java_home, require_tool
+from jingpai.engine.modules import ensure_home_with_modules, verify_modules
 from jingpai.engine.settings import ENGINE_USER, EngineError, EngineKind, EngineSettings, NodeInfo, default_cache_dir
 
 logger = logging.getLogger(__name__)
@@ -177,7 +178,7 @@ def launch(settings: EngineSettings) -> subprocess.Popen:
     Use :func:`wait` afterwards; :func:`start` does both. Splitting them lets callers start several
     nodes in parallel.
     """
-    home = ensure_distribution(settings)
+    home = ensure_home_with_modules(settings)
     port = settings.resolved_port
     inst = settings.instance_dir
     pid = _read_pid(inst)
@@ -213,16 +214,39 @@ def launch(settings: EngineSettings) -> subprocess.Popen:
         )
     (inst / "engine.pid").write_text(str(proc.pid))
     (inst / "engine.json").write_text(
-        json.dumps({"kind": settings.kind, "version": settings.resolved_version, "url": settings.url, "pid": proc.pid})
+        json.dumps(
+            {
+                "kind": settings.kind,
+                "version": settings.resolved_version,
+                "url": settings.url,
+                "pid": proc.pid,
+                "modules": list(settings.modules),
+            }
+        )
     )
-    logger.info("started %s %s (pid %d) on %s", settings.kind, settings.resolved_version, proc.pid, settings.url)
+    with_modules = f" with modules {', '.join(settings.modules)}" if settings.modules else ""
+    logger.info("started %s %s%s (pid %d) on %s", settings.kind, settings.resolved_version, with_modules, proc.pid, settings.url)
     return proc
 
 
 def wait(settings: EngineSettings, proc: subprocess.Popen) -> NodeInfo:
-    """Wait until a node spawned by :func:`launch` answers with a yellow/green cluster."""
+    """Wait until a node spawned by :func:`launch` answers with a yellow/green cluster.
+
+    With ``settings.modules`` the node must also list each of them as loaded; otherwise it is stopped
+    and :class:`EngineError` names the modules missing.
+    """
     inst = settings.instance_dir
-    root_info = _wait_ready(settings, proc, inst / "engine.log")
+    try:
+        root_info = _wait_ready(settings, proc, inst / "engine.log")
+    except EngineError as exc:
+        if not settings.modules:
+            raise
+        raise EngineError(f"{settings.kind} with modules {', '.join(settings.modules)}: {exc}") from exc
+    try:
+        verify_modules(settings)
+    except EngineError:
+        _terminate(proc.pid)
+        raise
     return NodeInfo(
         kind=settings.kind,
         version=root_info["version"],
@@ -230,6 +254,7 @@ def wait(settings: EngineSettings, proc: subprocess.Popen) -> NodeInfo:
         pid=proc.pid,
         instance_dir=inst,
         log_file=inst / "engine.log",
+        modules=settings.modules,
     )
 
 
@@ -311,6 +336,7 @@ def status(cache_dir: Path | None = None) -> list[NodeInfo]:
                 instance_dir=inst,
                 log_file=inst / "engine.log",
                 alive=pid is not None and _pid_alive(pid, inst),
+                modules=tuple(meta.get("modules", ())),
             )
         )
     return sorted(nodes, key=lambda n: (n.kind, n.port))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from jingpai.errors import UnavailableError
+from jingpai.errors import UnavailableError, UserError
 
 EngineKind = Literal["opensearch", "elasticsearch"]
 ENGINE_KINDS: tuple[EngineKind, ...] = ("opensearch", "elasticsearch")
@@ -26,10 +26,16 @@ DEFAULT_VERSIONS: dict[EngineKind, str] = {"opensearch": "2.19.6", "elasticsearc
 #: Default HTTP ports: different per kind so both engines can run side by side.
 DEFAULT_PORTS: dict[EngineKind, int] = {"opensearch": 9200, "elasticsearch": 9201}
 ENGINE_USER = "jingpai-engine"
+#: optional modules the harness adds to an OpenSearch integ-test distribution (:mod:`jingpai.engine.modules`)
+MODULE_NAMES: tuple[str, ...] = ("analysis-common", "lang-painless", "mapper-extras")
 
 
 class EngineError(UnavailableError, RuntimeError):
     """The engine could not be obtained, started, reached or stopped; the message names the fix."""
+
+
+class EngineModuleError(UserError, ValueError):
+    """A requested module is unknown, or the engine kind has no modules on Maven Central."""
 
 
 def default_cache_dir() -> Path:
@@ -57,6 +63,8 @@ class EngineSettings:
         heap: JVM heap, e.g. ``512m``.
         cache_dir: distributions and instance directories; ``None`` → :func:`default_cache_dir`.
         startup_timeout_s: how long :func:`start` waits for the cluster to answer.
+        modules: optional modules to add (OpenSearch only), from :data:`MODULE_NAMES`; kept sorted and
+            unique. A distribution with modules gets a home of its own (:attr:`home`).
     """
 
     kind: EngineKind = "opensearch"
@@ -65,10 +73,24 @@ class EngineSettings:
     heap: str = "512m"
     cache_dir: Path | None = None
     startup_timeout_s: float = 180.0
+    modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in ENGINE_KINDS:
             raise ValueError(f"unknown engine kind {self.kind!r}; expected one of {', '.join(ENGINE_KINDS)}")
+        modules = tuple(sorted(set(self.modules)))
+        unknown = [m for m in modules if m not in MODULE_NAMES]
+        if unknown:
+            raise EngineModuleError(
+                f"unknown engine module(s) {', '.join(map(repr, unknown))}; valid modules: {', '.join(MODULE_NAMES)}"
+            )
+        if modules and self.kind == "elasticsearch":
+            raise EngineModuleError(
+                f"modules ({', '.join(modules)}) are available for --kind opensearch only: Elasticsearch 8.19's "
+                "modules are not published on Maven Central, so its integ-test distribution runs with core "
+                "modules and jingpai uses its core-only fallbacks there"
+            )
+        object.__setattr__(self, "modules", modules)
 
     @property
     def resolved_version(self) -> str:
@@ -83,9 +105,16 @@ class EngineSettings:
         return (self.cache_dir or default_cache_dir()).resolve()
 
     @property
-    def home(self) -> Path:
-        """The unpacked distribution."""
+    def dist_home(self) -> Path:
+        """The unpacked distribution as published."""
         return self.root / "dist" / f"{self.kind}-{self.resolved_version}"
+
+    @property
+    def home(self) -> Path:
+        """The home the node runs from: :attr:`dist_home`, or a copy of it with :attr:`modules` added."""
+        if not self.modules:
+            return self.dist_home
+        return self.dist_home.with_name(self.dist_home.name + "+" + "+".join(self.modules))
 
     @property
     def instance_dir(self) -> Path:
@@ -108,6 +137,7 @@ class NodeInfo:
     log_file: Path
     alive: bool = True
     extra: dict = field(default_factory=dict)
+    modules: tuple[str, ...] = ()
 
     @property
     def port(self) -> int:
@@ -126,7 +156,9 @@ __all__ = [
     "ENGINE_USER",
     "EngineError",
     "EngineKind",
+    "EngineModuleError",
     "EngineSettings",
+    "MODULE_NAMES",
     "NodeInfo",
     "default_cache_dir",
 ]
