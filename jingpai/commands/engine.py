@@ -12,7 +12,7 @@ import click
 
 from jingpai.commands.base import JingpaiGroup
 from jingpai.commands.options import Opt, settings_from, settings_options
-from jingpai.engine.harness import MODULE_NAMES, EngineSettings, run_dir, running, start, status, stop
+from jingpai.engine.settings import MODULE_NAMES, EngineSettings
 
 #: how EngineSettings' fields look on the command line (env ``JINGPAI_ENGINE_*``)
 NODE_OPTIONS: dict[str, Opt] = {
@@ -51,6 +51,13 @@ def _engines_dir(cache_dir: Path | None) -> Path | None:
     return cache_dir / "engines" if cache_dir else None
 
 
+def _harness():  # noqa: ANN202 - the harness module
+    # imported when a command runs: the node module loads httpx, which `jingpai engine --help` must not pay for
+    from jingpai.engine import harness
+
+    return harness
+
+
 @engine.command()
 @settings_options("engine", EngineSettings, NODE_OPTIONS)
 @_cache
@@ -60,7 +67,7 @@ def up(cache_dir: Path | None, **values) -> None:
     settings = settings_from(EngineSettings, values, {**NODE_OPTIONS, **HEAP_OPTIONS}, cache_dir=_engines_dir(cache_dir))
     with_modules = f" with modules {', '.join(settings.modules)}" if settings.modules else ""
     click.echo(f"starting {settings.kind} {settings.resolved_version}{with_modules} on {settings.url} …", err=True)
-    node = start(settings)
+    node = _harness().start(settings)
     click.echo(f"{node.kind} {node.version} ready (pid {node.pid}, log {node.log_file})", err=True)
     click.echo(node.url)
 
@@ -77,6 +84,7 @@ def _ports(nodes) -> str:
 def down(kind: str, port: int | None, cache_dir: Path | None, all_nodes: bool, purge: bool) -> None:
     """Stop a node that `jingpai engine up` started: the one on --port, else the one of --kind that runs."""
     engines_dir = _engines_dir(cache_dir)
+    stop, running, run_dir = _harness().stop, _harness().running, _harness().run_dir
     if port is not None:
         if all_nodes:
             raise click.UsageError("--all stops every node of a kind; leave out --port with it")
@@ -106,9 +114,9 @@ def down(kind: str, port: int | None, cache_dir: Path | None, all_nodes: bool, p
 def status_cmd(cache_dir: Path | None) -> None:
     """List the nodes this harness started, on any port, and whether they run."""
     engines_dir = _engines_dir(cache_dir)
-    nodes = status(engines_dir)
+    nodes = _harness().status(engines_dir)
     if not nodes:
-        click.echo(f"no nodes recorded under {run_dir(engines_dir)}")
+        click.echo(f"no nodes recorded under {_harness().run_dir(engines_dir)}")
     for node in nodes:
         state = "running" if node.alive else "stopped"
         modules = f"  modules {','.join(node.modules)}" if node.modules else ""
