@@ -167,7 +167,7 @@ def test_opensearch_text_similarity_contract(client: TestClient, model: Reranker
 def test_health_info_metrics_and_openapi(client: TestClient) -> None:
     assert client.get("/health").json() == {"status": "ok"}
     info = client.get("/info").json()
-    assert info["model_name"] == "tiny-cross" and info["architecture"] == "cross"
+    assert info["model_name"] == info["model_id"] == "tiny-cross" and info["architecture"] == "cross"
     assert info["device"] == "cpu" and info["dtype"] == "fp32" and info["token_counts"] == "exact"
     assert info["dictionary_version"] is None and info["score"] == "sigmoid(logit)"
     assert info["limits"] == {
