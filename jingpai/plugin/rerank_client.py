@@ -1,18 +1,23 @@
-"""Async client of ``jingpai serve`` (TEI ``POST /rerank``) with a timeout and a circuit breaker.
+"""Async client of ``jingpai serve`` or a Hugging Face TEI reranker (``POST /rerank``) with a timeout and a
+circuit breaker.
 
-Every failure becomes :class:`RerankUnavailable` with a short machine-readable ``reason``
-(``reranker_timeout``, ``reranker_unreachable``, ``reranker_error``, ``reranker_bad_response``,
-``circuit_open``), which the gateway reports in its ``jingpai.reason`` while returning the engine's
-order (fail-open).
+The served model is read once from ``GET /info`` (TEI's ``model_id``; ``model_name`` of older services),
+and so is TEI's ``max_client_batch_size``: more texts than that are sent as several requests at once.
+
+Every failure becomes :class:`RerankUnavailable` with a short machine-readable ``reason`` (one of
+:data:`REASONS`), which the gateway reports in its ``jingpai.reason`` while returning the engine's order
+(fail-open).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Literal
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -23,11 +28,23 @@ logger = logging.getLogger(__name__)
 
 BreakerState = Literal["closed", "open", "half_open"]
 
+#: why a rerank failed: no answer in time, no connection, TEI's 429 (overloaded: the queue is full or timed
+#: out), TEI's 424 (the model's forward pass failed), any other non-200, an answer that is no ranking,
+#: the breaker open (the gateway adds ``reranker_busy``: no slot free)
+Reason = Literal[
+    "reranker_timeout", "reranker_unreachable", "reranker_overloaded", "reranker_inference_failed", "reranker_error",
+    "reranker_bad_response", "circuit_open",
+]
+REASONS: tuple[str, ...] = Reason.__args__  # type: ignore[attr-defined]
+
+#: the reason of a non-200 status (others: ``reranker_error``)
+STATUS_REASON: dict[int, Reason] = {429: "reranker_overloaded", 424: "reranker_inference_failed"}
+
 
 class RerankUnavailable(UnavailableError, RuntimeError):
     """The reranker could not score this request; ``reason`` says why (the gateway fails open)."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: Reason | Literal["reranker_busy"], detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
@@ -41,6 +58,27 @@ class RerankItem(BaseModel):
 
 
 _RESPONSE = TypeAdapter(list[RerankItem])
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    """What ``GET /info`` says of the reranker: its model and how many texts one request may hold."""
+
+    model_id: str | None
+    max_batch: int | None
+
+    @classmethod
+    def from_info(cls, info: Any) -> ServedModel:
+        """From a TEI ``/info`` (``model_id``, ``max_client_batch_size``) or an older ``jingpai serve`` one
+        (``model_name``, ``limits.max_docs``); anything else: nothing known."""
+        if not isinstance(info, dict):
+            return cls(None, None)
+        name = next((info[k] for k in ("model_id", "model_name", "model", "name") if info.get(k)), None)
+        if isinstance(name, dict):
+            name = name.get("name")
+        limits = info.get("limits") if isinstance(info.get("limits"), dict) else {}
+        batch = info.get("max_client_batch_size", limits.get("max_docs"))
+        return cls(str(name) if name else None, batch if isinstance(batch, int) and batch > 0 else None)
 
 
 class CircuitBreaker:
@@ -113,7 +151,7 @@ class CircuitBreaker:
 
 
 class RerankClient:
-    """Calls ``POST {url}/rerank`` of ``jingpai serve`` (or any TEI-compatible reranker).
+    """Calls ``POST {url}/rerank`` of ``jingpai serve`` or a Hugging Face TEI reranker (or any TEI-compatible one).
 
     Args:
         url: base URL of the service.
@@ -131,25 +169,46 @@ class RerankClient:
         self.timeout_s = timeout_ms / 1000.0
         self.breaker = breaker or CircuitBreaker()
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s), trust_env=False)
-        self._model_name: str | None = None
+        self._served: ServedModel | None = None
 
     async def aclose(self) -> None:
         await self._client.aclose()
 
+    @property
+    def model_id(self) -> str | None:
+        """The served model's name once ``GET /info`` told it (``None`` before, or if it does not say)."""
+        return self._served.model_id if self._served is not None else None
+
     async def model_name(self) -> str | None:
-        """The served model's name from ``GET /info`` (cached after the first answer; ``None`` if unknown)."""
-        if self._model_name is None:
+        """The served model's name from ``GET /info`` (TEI's ``model_id``; cached; ``None`` if unknown)."""
+        if self._served is None:
+            try:
+                await self._describe()
+            except RerankUnavailable as exc:
+                logger.info("reranker at %s did not describe its model: %s", self.url, exc)
+        return self.model_id
+
+    async def _describe(self) -> ServedModel:
+        """``GET /info`` once (a reranker without one is taken as is: no name, no batch limit).
+
+        Raises:
+            RerankUnavailable: no answer in time, or no connection (``/info`` is the first call to a reranker).
+        """
+        if self._served is None:
             try:
                 resp = await self._client.get(f"{self.url}/info")
-                info = resp.json() if resp.status_code == 200 else {}
-            except (httpx.HTTPError, ValueError) as exc:
-                logger.info("reranker at %s did not describe its model: %s", self.url, exc)
-                return None
-            name = info.get("model") or info.get("model_name") or info.get("name") if isinstance(info, dict) else None
-            if isinstance(name, dict):
-                name = name.get("name")
-            self._model_name = str(name) if name else None
-        return self._model_name
+            except httpx.TimeoutException as exc:
+                raise RerankUnavailable("reranker_timeout", f"no answer from {self.url} within {self.timeout_s * 1000:.0f} ms") from exc
+            except httpx.HTTPError as exc:
+                raise RerankUnavailable("reranker_unreachable", f"{self.url}: {type(exc).__name__}: {exc}") from exc
+            try:
+                info = resp.json() if resp.status_code == 200 else None
+            except ValueError:
+                info = None
+            self._served = ServedModel.from_info(info)
+            logger.info("reranker at %s serves %s (at most %s texts per request)", self.url, self._served.model_id or "an unnamed model",
+                        self._served.max_batch or "any number of")
+        return self._served
 
     async def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
         """Scores of ``texts`` against ``query``, in input order.
@@ -160,19 +219,29 @@ class RerankClient:
         if not self.breaker.allow():
             raise RerankUnavailable("circuit_open", f"reranker at {self.url} failed repeatedly; circuit breaker is open")
         try:
+            served = await self._describe()
+            size = served.max_batch or max(len(texts), 1)
+            parts = await asyncio.gather(*(self._rerank(query, texts[i : i + size]) for i in range(0, len(texts), size)))
+        except RerankUnavailable:
+            self.breaker.record_failure()
+            raise
+        self.breaker.record_success()
+        return [score for part in parts for score in part]
+
+    async def _rerank(self, query: str, texts: Sequence[str]) -> list[float]:
+        """One ``POST /rerank`` (TEI's request: ``truncate`` on, normalized scores)."""
+        try:
             resp = await self._client.post(
                 f"{self.url}/rerank",
                 json={"query": query, "texts": list(texts), "truncate": True, "raw_scores": False, "return_text": False},
             )
         except httpx.TimeoutException as exc:
-            self.breaker.record_failure()
             raise RerankUnavailable("reranker_timeout", f"no answer from {self.url} within {self.timeout_s * 1000:.0f} ms") from exc
         except httpx.HTTPError as exc:
-            self.breaker.record_failure()
             raise RerankUnavailable("reranker_unreachable", f"{self.url}: {type(exc).__name__}: {exc}") from exc
         if resp.status_code != 200:
-            self.breaker.record_failure()
-            raise RerankUnavailable("reranker_error", f"{self.url}/rerank answered HTTP {resp.status_code}: {resp.text[:200]}")
+            reason = STATUS_REASON.get(resp.status_code, "reranker_error")
+            raise RerankUnavailable(reason, f"{self.url}/rerank answered HTTP {resp.status_code}: {resp.text[:200]}")
         try:
             items = _RESPONSE.validate_json(resp.content)
             scores = [float("nan")] * len(texts)
@@ -181,10 +250,10 @@ class RerankClient:
             if any(s != s for s in scores):
                 raise ValueError(f"expected one score per text ({len(texts)}), got indices {sorted(i.index for i in items)}")
         except (ValidationError, ValueError, IndexError) as exc:
-            self.breaker.record_failure()
             raise RerankUnavailable("reranker_bad_response", f"{self.url}/rerank: {exc}") from exc
-        self.breaker.record_success()
         return scores
 
 
-__all__ = ["BreakerState", "CircuitBreaker", "RerankClient", "RerankItem", "RerankUnavailable"]
+__all__ = [
+    "REASONS", "STATUS_REASON", "BreakerState", "CircuitBreaker", "Reason", "RerankClient", "RerankItem", "RerankUnavailable", "ServedModel",
+]

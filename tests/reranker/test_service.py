@@ -141,7 +141,8 @@ def test_cohere_jina_rerank_contract(client: TestClient, model: Reranker, versio
     r = client.post(f"/v{version}/rerank", json={"model": "tiny-cross", "query": QUERY, "documents": documents, "top_n": 3, "return_documents": True})
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["model"] == "tiny-cross" and body["meta"] == {"api_version": {"version": version}} and body["id"]
+    assert body["model"] == "tiny-cross" and body["id"]
+    assert body["meta"] == {"api_version": {"version": version}, "billed_units": {"search_units": 1}}
     results = body["results"]
     assert [res["index"] for res in results] == list(np.argsort(-expected, kind="stable")[:3])
     for res in results:
@@ -166,7 +167,7 @@ def test_opensearch_text_similarity_contract(client: TestClient, model: Reranker
 def test_health_info_metrics_and_openapi(client: TestClient) -> None:
     assert client.get("/health").json() == {"status": "ok"}
     info = client.get("/info").json()
-    assert info["model_name"] == "tiny-cross" and info["architecture"] == "cross"
+    assert info["model_name"] == info["model_id"] == "tiny-cross" and info["architecture"] == "cross"
     assert info["device"] == "cpu" and info["dtype"] == "fp32" and info["token_counts"] == "exact"
     assert info["dictionary_version"] is None and info["score"] == "sigmoid(logit)"
     assert info["limits"] == {
@@ -246,7 +247,7 @@ def test_a_failing_batch_fails_only_its_own_request(model: Reranker) -> None:
             return list(responses), (await c.get("/metrics")).text
 
     (ok1, failed, ok2), metrics = asyncio.run(go())
-    assert failed.status_code == 422
+    assert failed.status_code == 422 and failed.json()["error_type"] == "Tokenizer"
     assert failed.json()["error"].startswith("the model could not read this request's input: TypeError:")
     assert ok1.status_code == 200 and ok2.status_code == 200
     direct = model.predict([(QUERY, d) for d in DOCS])
@@ -256,18 +257,20 @@ def test_a_failing_batch_fails_only_its_own_request(model: Reranker) -> None:
     assert metric(metrics, "jingpai_rerank_requests_total", route="/rerank", status="422") == 1
 
 
-def test_waiting_too_long_returns_503_with_retry_after(model: Reranker) -> None:
+def test_waiting_too_long_is_tei_429_overloaded_with_retry_after(model: Reranker) -> None:
     # the batcher holds every request for 2 s to gather more, far past the 5 ms queue timeout
     app = create_app(fp32(queue_timeout_ms=5, batch_wait_ms=2000), model)
-    (r,), metrics = run_concurrently(app, [("/rerank", {"query": QUERY, "texts": DOCS})])
-    assert r.status_code == 503
-    assert r.headers["retry-after"] == "1"
-    assert r.json() == {
-        "error": "the request waited more than 5 ms for the model (queue_timeout_ms, --queue-timeout-ms / "
-        "JINGPAI_SERVE_QUEUE_TIMEOUT_MS); retry later",
-        "error_type": "overloaded",
-    }
-    assert metric(metrics, "jingpai_rerank_queue_timeouts_total") == 1
+    requests = [("/rerank", {"query": QUERY, "texts": DOCS}), ("/v2/rerank", {"query": QUERY, "documents": DOCS})]
+    (tei, cohere), metrics = run_concurrently(app, requests)
+    message = (
+        "the request waited more than 5 ms for the model (queue_timeout_ms, --queue-timeout-ms / "
+        "JINGPAI_SERVE_QUEUE_TIMEOUT_MS); retry later"
+    )
+    assert tei.status_code == 429 and cohere.status_code == 429  # TEI's overloaded, Cohere's too-many-requests
+    assert tei.headers["retry-after"] == "1" and cohere.headers["retry-after"] == "1"
+    assert tei.json() == {"error": message, "error_type": "Overloaded"}
+    assert cohere.json() == {"message": message}
+    assert metric(metrics, "jingpai_rerank_queue_timeouts_total") == 2
 
 
 # ------------------------------------------------------------------------------------ limits and errors
@@ -276,7 +279,9 @@ def test_waiting_too_long_returns_503_with_retry_after(model: Reranker) -> None:
 def test_too_many_documents_is_413_naming_the_limit(client: TestClient) -> None:
     r = client.post("/v2/rerank", json={"query": "q", "documents": ["a"] * 9})
     assert r.status_code == 413
-    assert r.json()["error"] == "documents holds 9 documents; the limit is max_docs=8 (--max-docs / JINGPAI_SERVE_MAX_DOCS)"
+    assert r.json() == {"message": "documents holds 9 documents; the limit is max_docs=8 (--max-docs / JINGPAI_SERVE_MAX_DOCS)"}
+    r = client.post("/rerank", json={"query": "q", "texts": ["a"] * 9})
+    assert r.status_code == 413 and r.json()["error_type"] == "Validation"
 
 
 def test_body_over_the_limit_is_413_with_or_without_content_length(client: TestClient) -> None:
@@ -303,16 +308,19 @@ def test_query_too_long_is_422_naming_the_limit(client: TestClient) -> None:
     assert r.status_code == 422
     assert r.json() == {
         "error": "query_text is 41 characters long; the limit is max_query_chars=40 (--max-query-chars / JINGPAI_SERVE_MAX_QUERY_CHARS)",
-        "error_type": "validation",
+        "error_type": "Validation",
     }
 
 
 def test_unknown_fields_and_bad_values_are_422(client: TestClient) -> None:
-    r = client.post("/rerank", json={"query": "q", "texts": ["a"], "truncation_direction": "left"})
+    r = client.post("/rerank", json={"query": "q", "texts": ["a"], "truncation_side": "left"})
     assert r.status_code == 422
-    assert r.json()["error"] == "truncation_direction: unknown field (see /openapi.json for the accepted fields)"
+    assert r.json()["error"] == "truncation_side: unknown field (see /openapi.json for the accepted fields)"
+    r = client.post("/rerank", json={"query": "q", "texts": ["a"], "truncation_direction": "Both"})
+    assert r.status_code == 422
+    assert r.json()["error"] == "truncation_direction: Input should be 'Right', 'Left', 'right' or 'left'"
     r = client.post("/v1/rerank", json={"query": "q", "documents": ["a"], "top_n": 0})
-    assert r.status_code == 422 and r.json()["error"] == "top_n: Input should be greater than or equal to 1"
+    assert r.status_code == 422 and r.json() == {"message": "top_n: Input should be greater than or equal to 1"}
     r = client.post("/rerank", json={"query": "q"})
     assert r.status_code == 422 and r.json()["error"] == "texts: Field required"
     r = client.post("/rerank", json={"query": "q", "texts": []})
@@ -340,7 +348,8 @@ def test_unknown_fields_and_bad_values_are_422(client: TestClient) -> None:
 )
 def test_values_are_taken_only_with_their_schema_type(client: TestClient, path: str, body: dict, error: str) -> None:
     r = client.post(path, json=body)
-    assert r.status_code == 422 and r.json() == {"error": error, "error_type": "validation"}
+    expected = {"message": error} if path.startswith("/v") else {"error": error, "error_type": "Validation"}
+    assert r.status_code == 422 and r.json() == expected
 
 
 def test_an_integral_float_is_an_integer_as_in_json_schema(client: TestClient) -> None:
@@ -357,8 +366,7 @@ def test_cohere_model_must_be_the_served_one_or_left_out(client: TestClient, ver
     r = client.post(f"/v{version}/rerank", json={"model": "rerank-v3.5", "query": QUERY, "documents": DOCS[:2]})
     assert r.status_code == 422
     assert r.json() == {
-        "error": "model 'rerank-v3.5' is not served here; this service serves 'tiny-cross' (send that name or leave model out)",
-        "error_type": "validation",
+        "message": "model 'rerank-v3.5' is not served here; this service serves 'tiny-cross' (send that name or leave model out)",
     }
 
 
@@ -368,7 +376,7 @@ def test_a_body_that_is_not_text_is_400_naming_the_cause_and_documented(client: 
     assert r.json() == {
         "error": "the body could not be read as JSON text (UnicodeDecodeError: 'utf-8' codec can't decode byte 0xff in position 11: "
         "invalid start byte)",
-        "error_type": "bad_request",
+        "error_type": "Validation",
     }
     documented = client.get("/openapi.json").json()["paths"]["/rerank"]["post"]["responses"]["400"]
     assert documented["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/ErrorBody"}

@@ -78,7 +78,7 @@ def test_serve_answers_over_real_http(server: str, model_dir: Path) -> None:
 def test_serve_takes_limits_from_the_environment(server: str) -> None:
     r = httpx.post(f"{server}/v1/rerank", json={"query": "q", "documents": ["a", "b", "c", "d"]}, timeout=30)
     assert r.status_code == 413
-    assert r.json()["error"] == "documents holds 4 documents; the limit is max_docs=3 (--max-docs / JINGPAI_SERVE_MAX_DOCS)"
+    assert r.json()["message"] == "documents holds 4 documents; the limit is max_docs=3 (--max-docs / JINGPAI_SERVE_MAX_DOCS)"
     metrics = httpx.get(f"{server}/metrics", timeout=10).text
     assert 'jingpai_rerank_requests_total{route="/v1/rerank",status="413"} 1.0' in metrics
 

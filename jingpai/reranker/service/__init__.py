@@ -2,13 +2,15 @@
 
 Routes (see ``docs/service.md``):
 
-* ``POST /rerank`` — Hugging Face TEI: ``{query, texts, truncate?, raw_scores?, return_text?}`` →
-  ``[{index, score, text?}]`` best first. Callers with first-stage scores add ``scores`` (parallel to
+* ``POST /rerank`` — Hugging Face TEI: ``{query, texts, truncate?, truncation_direction?, raw_scores?,
+  return_text?}`` → ``[{index, score, text?}]`` best first; errors as TEI's ``{error, error_type}``
+  (429 ``Overloaded``, 424 ``Backend``). Callers with first-stage scores add ``scores`` (parallel to
   ``texts``) and optionally ``fusion``, ``fusion_weight``, ``rrf_k`` (:mod:`jingpai.reranker.fusion`):
   ``score`` is then the fused score and ``model_score`` the model's.
 * ``POST /v1/rerank``, ``POST /v2/rerank`` — Cohere / Jina: ``{model?, query, documents, top_n?,
-  return_documents?}`` (``model``: the served name, or left out) → ``{results: [{index, relevance_score,
-  document?}], …}`` best first.
+  return_documents?, rank_fields?}`` (``model``: the served name, or left out) → ``{results: [{index,
+  relevance_score, document?}], meta: {api_version, billed_units: {search_units}}, …}`` best first; errors
+  as Cohere's ``{message}``.
 * ``POST /opensearch/text_similarity`` — OpenSearch ML connector: ``{query_text, text_docs}`` →
   ``{inference_results: [{output: [{name: "similarity", data_type: "FLOAT32", shape: [1], data: [s]}]}]}``
   in input order.
@@ -58,6 +60,7 @@ _EXPORTS = {
     "ServiceClosedError": "errors",
     "ServiceError": "errors",
     "ServiceSettingsError": "errors",
+    "TokenizerError": "errors",
     "error_response": "http_errors",
     "DType": "settings",
     "Device": "settings",

@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from jingpai import __version__
 from jingpai.reranker.base import Reranker
 from jingpai.reranker.service.errors import ServiceError
-from jingpai.reranker.service.http_errors import error_response
+from jingpai.reranker.service.http_errors import dialect_of, error_response
 from jingpai.reranker.service.metrics import ServiceMetrics
 from jingpai.reranker.service.middleware import BodyLimitAndMetrics
 from jingpai.reranker.service.rerank_routes import add_rerank_routes
@@ -28,7 +28,7 @@ from jingpai.reranker.service.settings import ServiceSettings
 
 
 async def _handle_error(request: Request, exc: Exception) -> JSONResponse:
-    return error_response(exc)
+    return error_response(exc, dialect=dialect_of(request.url.path))
 
 
 def create_app(settings: ServiceSettings, model: Reranker, *, copy_model: bool = True) -> FastAPI:

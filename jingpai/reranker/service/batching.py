@@ -97,8 +97,8 @@ class BatchingEngine:
         """Raw model scores for ``pairs`` in input order (``lengths``: padded token cost of each pair).
 
         Raises:
-            QueueTimeoutError: the first batch did not start within ``queue_timeout_ms``.
-            InvalidInputError: the model could not featurize this request's input.
+            QueueTimeoutError: the first batch did not start within ``queue_timeout_ms`` (overloaded).
+            TokenizerError: the model could not featurize this request's input.
             ScoringError: the forward pass failed for this request.
             ServiceClosedError: the engine is shut down.
         """
@@ -224,7 +224,7 @@ class BatchingEngine:
             cost = sum(job.lengths)
             self._queued_tokens -= cost
             if job.expired or job.done.done() or now > job.deadline:
-                continue  # its handler answers 503 (or is gone)
+                continue  # its handler answers 429 (or is gone)
             jobs.append(job)
             tokens += cost
         return jobs

@@ -1,23 +1,37 @@
 """The rerank service's errors and the one table of the HTTP status each answers (:data:`HTTP_STATUS`).
 
-Every response of a failed request is ``{"error": message, "error_type": kind}`` (:class:`ErrorBody
-<jingpai.reranker.service.schemas.ErrorBody>`); :func:`jingpai.reranker.service.http_errors.error_response`
-builds it from :data:`HTTP_STATUS` (and covers FastAPI's validation and routing errors and bugs).
+A failed request answers in its route's dialect (:func:`jingpai.reranker.service.http_errors.error_response`):
+TEI's ``{"error": message, "error_type": kind}`` (:class:`ErrorBody
+<jingpai.reranker.service.schemas.ErrorBody>`, ``kind`` one of TEI's ``ErrorType`` names) everywhere but on
+the Cohere routes, which answer Cohere's ``{"message": message}`` with the same status.
 
 The errors sit in :mod:`jingpai.errors`' two branches: the client's input is wrong
-(:class:`PayloadTooLargeError`, :class:`InvalidInputError`: :class:`~jingpai.errors.UserError`) or the
-service cannot take the work now (:class:`QueueTimeoutError`, :class:`ServiceClosedError`:
-:class:`~jingpai.errors.UnavailableError`).
+(:class:`PayloadTooLargeError`, :class:`InvalidInputError`, :class:`TokenizerError`:
+:class:`~jingpai.errors.UserError`) or the service cannot take the work now (:class:`QueueTimeoutError`,
+:class:`ServiceClosedError`: :class:`~jingpai.errors.UnavailableError`).
 
 >>> http_status(QueueTimeoutError("busy", retry_after_s=3))
-(503, 'overloaded')
+(429, 'Overloaded')
+>>> http_status(ScoringError("nan")), http_status(ScoringError("nan"), dialect="tei")
+((500, 'Backend'), (424, 'Backend'))
 >>> isinstance(InvalidInputError("x"), UserError), InvalidInputError("x").status_code
 (True, 422)
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 from jingpai.errors import JingpaiError, UnavailableError, UserError
+
+#: the ``error_type`` values: TEI's ``ErrorType`` names (Validation 413/422, Tokenizer 422, Overloaded 429,
+#: Backend 424 on ``/rerank``, Unhealthy 503), plus ``Http`` (unknown route or method) and ``Internal`` (a bug)
+ErrorType = Literal["Validation", "Tokenizer", "Overloaded", "Backend", "Unhealthy", "Http", "Internal"]
+
+#: how a route answers errors: ``tei`` (``/rerank``: a failed forward pass is TEI's 424), ``cohere``
+#: (``{"message"}``), ``service`` (every other route: TEI's body, the plain HTTP statuses)
+ErrorDialect = Literal["tei", "cohere", "service"]
+
 
 class ServiceSettingsError(UserError, ValueError):
     """A service setting that is invalid, or that this machine or model cannot honour."""
@@ -28,12 +42,12 @@ class ServiceError(JingpaiError):
 
     @property
     def status_code(self) -> int:
-        """The HTTP status this error answers (from :data:`HTTP_STATUS`)."""
+        """The HTTP status this error answers outside ``/rerank`` (from :data:`HTTP_STATUS`)."""
         return http_status(self)[0]
 
     @property
-    def error_type(self) -> str:
-        """The ``error_type`` of the response body (from :data:`HTTP_STATUS`)."""
+    def error_type(self) -> ErrorType:
+        """The ``error_type`` of the TEI-shaped response body (from :data:`HTTP_STATUS`)."""
         return http_status(self)[1]
 
 
@@ -42,11 +56,15 @@ class PayloadTooLargeError(ServiceError, UserError):
 
 
 class InvalidInputError(ServiceError, UserError):
-    """A request the model cannot score (query too long, no documents, input the model rejects)."""
+    """A request the model cannot score (query too long, no documents, a document missing a rank field)."""
+
+
+class TokenizerError(InvalidInputError):
+    """The model could not featurize (tokenize) this request's input."""
 
 
 class QueueTimeoutError(ServiceError, UnavailableError):
-    """The request waited longer than ``queue_timeout_ms`` for its first batch."""
+    """The request waited longer than ``queue_timeout_ms`` for its first batch: the model is overloaded."""
 
     def __init__(self, message: str, *, retry_after_s: int) -> None:
         super().__init__(message)
@@ -63,23 +81,33 @@ class ScoringError(ServiceError):
 
 #: the one place service errors meet HTTP: class → (status, ``error_type``); an error answers as the
 #: first class of its MRO listed here
-HTTP_STATUS: dict[type[ServiceError], tuple[int, str]] = {
-    PayloadTooLargeError: (413, "payload_too_large"),
-    InvalidInputError: (422, "validation"),
-    QueueTimeoutError: (503, "overloaded"),
-    ServiceClosedError: (503, "unavailable"),
-    ScoringError: (500, "backend"),
-    ServiceError: (500, "internal"),
+HTTP_STATUS: dict[type[ServiceError], tuple[int, ErrorType]] = {
+    PayloadTooLargeError: (413, "Validation"),
+    TokenizerError: (422, "Tokenizer"),
+    InvalidInputError: (422, "Validation"),
+    QueueTimeoutError: (429, "Overloaded"),
+    ServiceClosedError: (503, "Unhealthy"),
+    ScoringError: (500, "Backend"),
+    ServiceError: (500, "Internal"),
 }
 
+#: where a dialect answers another status than :data:`HTTP_STATUS`: TEI's ``/rerank`` answers a failed
+#: inference 424 (Failed Dependency); Cohere and OpenSearch clients know 500 for it
+DIALECT_STATUS: dict[tuple[ErrorDialect, type[ServiceError]], int] = {("tei", ScoringError): 424}
 
-def http_status(exc: ServiceError) -> tuple[int, str]:
-    """``(status, error_type)`` of ``exc`` per :data:`HTTP_STATUS`."""
-    return next(HTTP_STATUS[cls] for cls in type(exc).__mro__ if cls in HTTP_STATUS)
+
+def http_status(exc: ServiceError, *, dialect: ErrorDialect = "service") -> tuple[int, ErrorType]:
+    """``(status, error_type)`` of ``exc`` per :data:`HTTP_STATUS` (and :data:`DIALECT_STATUS` for ``dialect``)."""
+    cls = next(cls for cls in type(exc).__mro__ if cls in HTTP_STATUS)
+    status, kind = HTTP_STATUS[cls]
+    return DIALECT_STATUS.get((dialect, cls), status), kind
 
 
 __all__ = [
+    "DIALECT_STATUS",
     "HTTP_STATUS",
+    "ErrorDialect",
+    "ErrorType",
     "InvalidInputError",
     "PayloadTooLargeError",
     "QueueTimeoutError",
@@ -87,5 +115,6 @@ __all__ = [
     "ServiceClosedError",
     "ServiceError",
     "ServiceSettingsError",
+    "TokenizerError",
     "http_status",
 ]

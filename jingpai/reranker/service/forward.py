@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from jingpai.reranker.base import Pair, Reranker
-from jingpai.reranker.service.errors import InvalidInputError, ScoringError
+from jingpai.reranker.service.errors import ScoringError, TokenizerError
 from jingpai.reranker.service.metrics import ServiceMetrics
 from jingpai.reranker.service.settings import ComputeDType
 
@@ -62,7 +62,7 @@ class ForwardPass:
         """Featurize ``pairs`` and start their forward pass; on a GPU this returns before it finishes.
 
         Raises:
-            InvalidInputError: the model could not featurize the pairs.
+            TokenizerError: the model could not featurize the pairs.
             ScoringError: the forward pass raised.
         """
         t0 = time.perf_counter()
@@ -71,7 +71,7 @@ class ForwardPass:
         except Exception as exc:
             self.metrics.failed_batches.inc()
             logger.warning("featurize failed for %d pairs: %s: %s", len(pairs), type(exc).__name__, exc)
-            raise InvalidInputError(f"the model could not read this request's input: {type(exc).__name__}: {exc}") from exc
+            raise TokenizerError(f"the model could not read this request's input: {type(exc).__name__}: {exc}") from exc
         try:
             scores = self._forward(features)
         except Exception as exc:

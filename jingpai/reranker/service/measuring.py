@@ -68,13 +68,35 @@ class TextMeasure:
         # CJK: one token per character; Latin text needs a longer prefix (grown)
         return self._grow(texts, 2 * cap + 64, judge, lambda t: self._capped(self._estimated_spans(t), cap))
 
-    def _grow(self, texts: Sequence[str], chars: int, judge: Callable[[str, str, Any], Any], estimate: Callable[[str], Any]) -> list[Any]:
-        """``judge(text, prefix, encoding)`` per text on prefixes of ``chars`` characters, 4× longer for
-        those it answers ``None`` (too short to tell); ``estimate(text)`` where the tokenizer refuses one."""
+    def tail_spans(self, texts: Sequence[str], *, cap: int) -> list[tuple[list[tuple[int, int]], bool]]:
+        """Per text: the (start, end) character spans of its last ``cap`` tokens, and whether it has more before them.
+
+        :meth:`spans` from the other end: only a suffix of a long text is tokenized (grown until it holds
+        ``cap`` tokens far enough from its cut), for cutting a document's head (TEI's ``truncation_direction=Left``).
+        """
+        if self._tokenizer is None:
+            return [self._tail(self._estimated_spans(t), cap) for t in texts]
+
+        def judge(text: str, suffix: str, enc: Any) -> tuple[list[tuple[int, int]], bool] | None:
+            shift = len(text) - len(suffix)
+            spans = [(start + shift, end + shift) for start, end in enc.offsets]
+            if shift == 0:
+                return self._tail(spans, cap)
+            # a token starting well after the cut is the same token in the whole text
+            stable = [sp for sp in spans if sp[0] >= shift + 32]
+            return (stable[-cap:], True) if len(stable) > cap else None
+
+        return self._grow(texts, 2 * cap + 64, judge, lambda t: self._tail(self._estimated_spans(t), cap), from_end=True)
+
+    def _grow(
+        self, texts: Sequence[str], chars: int, judge: Callable[[str, str, Any], Any], estimate: Callable[[str], Any], *, from_end: bool = False
+    ) -> list[Any]:
+        """``judge(text, piece, encoding)`` per text on prefixes (``from_end``: suffixes) of ``chars`` characters,
+        4× longer for those it answers ``None`` (too short to tell); ``estimate(text)`` where the tokenizer refuses one."""
         out: list[Any] = [None] * len(texts)
         todo = list(range(len(texts)))
         while todo:
-            prefixes = [texts[i][:chars] for i in todo]
+            prefixes = [texts[i][-chars:] if from_end else texts[i][:chars] for i in todo]
             retry = []
             for i, prefix, enc in zip(todo, prefixes, self._encode(prefixes), strict=True):
                 out[i] = estimate(texts[i]) if enc is None else judge(texts[i], prefix, enc)
@@ -83,6 +105,10 @@ class TextMeasure:
             todo = retry
             chars *= 4
         return out
+
+    @staticmethod
+    def _tail(spans: list[tuple[int, int]], cap: int) -> tuple[list[tuple[int, int]], bool]:
+        return (spans[-cap:] if cap > 0 else []), len(spans) > cap
 
     @staticmethod
     def _capped(spans: list[tuple[int, int]], cap: int) -> tuple[list[tuple[int, int]], bool]:
@@ -150,4 +176,25 @@ class TextMeasure:
 
 
 
-__all__ = ["TextMeasure"]
+def longest_first(query: int, doc: int, budget: int) -> tuple[int, int]:
+    """The (query, document) token counts that longest-first truncation keeps of a pair within ``budget``
+    tokens (Hugging Face tokenizers' rule: the longer side is cut first; cut to halves, the odd token goes to
+    the longer side).
+
+    >>> longest_first(10, 100, 61), longest_first(70, 100, 61), longest_first(5, 6, 61)
+    ((10, 51), (30, 31), (5, 6))
+    """
+    if query + doc <= budget:
+        return query, doc
+    short, long = sorted((query, doc))
+    long_keep = short if short > budget else max(short, budget - short)
+    short_keep = short
+    if short_keep + long_keep > budget:
+        short_keep = budget // 2
+        long_keep = short_keep + budget % 2
+    if query <= doc:  # the query is the "first" (shorter or equal) sequence
+        return min(query, short_keep), min(doc, long_keep)
+    return min(query, long_keep), min(doc, short_keep)
+
+
+__all__ = ["TextMeasure", "longest_first"]

@@ -16,7 +16,7 @@ class ServiceMetrics:
         self.pairs = Counter("jingpai_rerank_pairs", "(query, document) pairs scored, chunks included", registry=r)
         self.batches = Counter("jingpai_rerank_batches", "forward passes run", registry=r)
         self.failed_batches = Counter("jingpai_rerank_failed_batches", "forward passes that raised", registry=r)
-        self.queue_timeouts = Counter("jingpai_rerank_queue_timeouts", "requests answered 503 after waiting too long", registry=r)
+        self.queue_timeouts = Counter("jingpai_rerank_queue_timeouts", "requests answered 429 (overloaded) after waiting too long", registry=r)
         buckets_n = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
         self.batch_pairs = Histogram("jingpai_rerank_batch_pairs", "pairs per forward pass", buckets=buckets_n, registry=r)
         self.batch_requests = Histogram("jingpai_rerank_batch_requests", "requests merged into one forward pass", buckets=buckets_n, registry=r)

@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from jingpai.reranker.service.errors import PayloadTooLargeError
-from jingpai.reranker.service.http_errors import error_response
+from jingpai.reranker.service.http_errors import dialect_of, error_response
 from jingpai.reranker.service.metrics import ServiceMetrics
 from jingpai.reranker.service.settings import LIMIT_SOURCE
 
@@ -46,7 +46,7 @@ class BodyLimitAndMetrics:
             try:
                 body = await self._read_body(scope, receive)
             except PayloadTooLargeError as exc:
-                await error_response(exc)(scope, receive, send_wrapper)
+                await error_response(exc, dialect=dialect_of(scope["path"]))(scope, receive, send_wrapper)
                 return
             replayed = False
 

@@ -1,5 +1,6 @@
 """The HTTP API's request and response models (pydantic), one set per client convention, plus
-:class:`ErrorBody` (every error response) and :data:`SCORING_ERRORS` (the errors a scoring route documents).
+:class:`ErrorBody` (TEI's error body), :class:`CohereErrorBody` and :func:`scoring_errors` (the errors a
+scoring route documents).
 
 Requests are strict: a value must already have its JSON schema type, and unknown fields are refused.
 """
@@ -11,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from jingpai.reranker.fusion import FUSION_MODES, FusionError, FusionMode, FusionSpec
-from jingpai.reranker.service.errors import InvalidInputError
+from jingpai.reranker.service.errors import ErrorDialect, ErrorType, InvalidInputError
 
 
 def _integral(value: Any) -> Any:
@@ -30,12 +31,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+#: TEI's ``TruncationDirection`` (``Left``/``Right``), and the lowercase spelling some TEI clients send
+TruncationDirection = Literal["Right", "Left", "right", "left"]
+
+
 class TeiRerankRequest(_Strict):
     """Hugging Face text-embeddings-inference ``/rerank`` request."""
 
     query: str
     texts: list[str] = Field(min_length=1)
     truncate: bool | None = Field(None, description="false: reject pairs over max_length (413) instead of cutting them")
+    truncation_direction: TruncationDirection = Field(
+        "Right",
+        description="which end of a document over max_length is cut: Right keeps its start, Left its end (the query, "
+        "when it must be cut too, always keeps its start); lowercase accepted",
+    )
     raw_scores: bool = Field(False, description="true: the model's raw score instead of a [0, 1] relevance")
     return_text: bool = False
     scores: list[float] | None = Field(
@@ -73,8 +83,14 @@ class TeiRank(BaseModel):
     text: str | None = None
 
 
-class CohereDocument(_Strict):
-    text: str
+class CohereDocument(BaseModel):
+    """A structured Cohere v1 document: string fields; ``text`` is ranked unless ``rank_fields`` names others."""
+
+    # any string field is kept (Cohere returns the whole document); the annotation types the extra fields
+    model_config = ConfigDict(extra="allow", strict=True)
+    __pydantic_extra__: dict[str, str] = Field(init=False)
+
+    text: str | None = None
 
 
 class CohereRerankRequest(_Strict):
@@ -86,25 +102,73 @@ class CohereRerankRequest(_Strict):
 
     model: str | None = Field(None, description="the served model's name (see /info), or left out")
     query: str
-    documents: list[str | CohereDocument] = Field(min_length=1)
+    documents: list[str | CohereDocument] = Field(
+        min_length=1, description="strings, or objects of string fields (Cohere v1) that carry text or the rank_fields"
+    )
     top_n: PositiveJsonInt | None = None
     return_documents: bool = False
+    rank_fields: list[str] | None = Field(
+        None, min_length=1,
+        description='Cohere v1: the fields of object documents to rank on, as "field: value" lines in this order (default: text)',
+    )
     max_chunks_per_doc: PositiveJsonInt | None = Field(None, description="Cohere v1: score the best of up to N chunks of long documents")
     max_tokens_per_doc: PositiveJsonInt | None = Field(None, description="Cohere v2: cut each document to N tokens")
+
+    def texts(self) -> list[str]:
+        """The text ranked for each document: a string as is, an object's ``text`` or its ``rank_fields``.
+
+        Raises:
+            InvalidInputError: an object document lacks ``text`` (no ``rank_fields``) or a field ``rank_fields`` names.
+        """
+        out = []
+        for i, doc in enumerate(self.documents):
+            if isinstance(doc, str):
+                out.append(doc)
+                continue
+            fields = {**({"text": doc.text} if doc.text is not None else {}), **(doc.model_extra or {})}
+            if self.rank_fields is None:
+                if doc.text is None:
+                    raise InvalidInputError(
+                        f"documents[{i}] has no text field (fields: {', '.join(sorted(fields)) or 'none'}); "
+                        "send its text in text, or name the fields to rank with rank_fields"
+                    )
+                out.append(doc.text)
+                continue
+            missing = [name for name in self.rank_fields if name not in fields]
+            if missing:
+                raise InvalidInputError(
+                    f"documents[{i}] has no field {', '.join(map(repr, missing))} named in rank_fields "
+                    f"(its fields: {', '.join(sorted(fields)) or 'none'})"
+                )
+            out.append("\n".join(f"{name}: {fields[name]}" for name in self.rank_fields))
+        return out
+
+    def returned(self, i: int) -> dict[str, str]:
+        """Document ``i`` as ``return_documents`` answers it: an object as sent, a string as ``{"text": ...}``."""
+        doc = self.documents[i]
+        return {"text": doc} if isinstance(doc, str) else doc.model_dump(exclude_none=True)
 
 
 class CohereResult(BaseModel):
     index: int
     relevance_score: float
-    document: CohereDocument | None = None
+    document: dict[str, str] | None = Field(None, description="with return_documents: the document as sent ({text} for a string)")
 
 
 class ApiVersion(BaseModel):
     version: str
 
 
+class BilledUnits(BaseModel):
+    search_units: int = Field(
+        description="Cohere's rule: one unit per 100 documents, a document counting once per started 500 tokens "
+        "(query included)"
+    )
+
+
 class CohereMeta(BaseModel):
     api_version: ApiVersion
+    billed_units: BilledUnits
 
 
 class CohereRerankResponse(BaseModel):
@@ -137,30 +201,44 @@ class TextSimilarityResponse(BaseModel):
 
 
 class ErrorBody(BaseModel):
-    """Every error response: a message naming the bad value or the limit (and where it is set), and its kind."""
+    """An error response (TEI's ``ErrorResponse``): a message naming the bad value or the limit (and where it
+    is set), and its kind."""
 
     error: str
-    error_type: str = Field(
-        description="validation | bad_request | payload_too_large | overloaded | unavailable | backend | internal | http"
+    error_type: ErrorType = Field(
+        description="TEI's ErrorType: Validation (413, 422, 400), Tokenizer (422), Overloaded (429), Backend (424 on "
+        "/rerank, 500 elsewhere), Unhealthy (503); and Http (404/405), Internal (500, a bug)"
     )
 
 
-#: the errors a scoring route can answer (``responses=`` of the routes; 422 replaces FastAPI's own schema,
-#: whose ``{"detail": [...]}`` shape this service never sends)
-SCORING_ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"model": ErrorBody, "description": "the body is not text (not UTF-8/16/32)"},
-    413: {
-        "model": ErrorBody,
-        "description": "body over max_body_bytes, more documents than max_docs, or truncate=false and a pair over max_length",
-    },
-    422: {
-        "model": ErrorBody,
-        "description": "invalid JSON; an unknown or missing field; a value of the wrong type or range; an empty document list; "
-        "a query over max_query_chars; another model's name; input the model cannot read",
-    },
-    500: {"model": ErrorBody, "description": "the model's forward pass failed for this request"},
-    503: {"model": ErrorBody, "description": "waited longer than queue_timeout_ms (with Retry-After), or the service is shutting down"},
-}
+class CohereErrorBody(BaseModel):
+    """An error response of the Cohere routes (Cohere's shape): the message naming the bad value or the limit."""
+
+    message: str
+
+
+def scoring_errors(dialect: ErrorDialect) -> dict[int | str, dict[str, Any]]:
+    """The errors a scoring route of ``dialect`` can answer (``responses=`` of the routes; 422 replaces
+    FastAPI's own schema, whose ``{"detail": [...]}`` shape this service never sends)."""
+    body = CohereErrorBody if dialect == "cohere" else ErrorBody
+    failed = 424 if dialect == "tei" else 500
+    return {
+        400: {"model": body, "description": "the body is not text (not UTF-8/16/32)"},
+        413: {
+            "model": body,
+            "description": "body over max_body_bytes, more documents than max_docs, or truncate=false and a pair over max_length",
+        },
+        422: {
+            "model": body,
+            "description": "invalid JSON; an unknown or missing field; a value of the wrong type or range; an empty document list; "
+            "a query over max_query_chars; another model's name; a document without its text or rank_fields; input the "
+            "tokenizer cannot read",
+        },
+        429: {"model": body, "description": "overloaded: waited longer than queue_timeout_ms for the model (with Retry-After)"},
+        failed: {"model": body, "description": "the model's forward pass failed for this request"},
+        **({500: {"model": body, "description": "internal error (a bug)"}} if failed != 500 else {}),
+        503: {"model": body, "description": "the service is shutting down"},
+    }
 
 
 class Health(BaseModel):
@@ -177,6 +255,7 @@ class Limits(BaseModel):
 
 
 class Info(BaseModel):
+    model_id: str = Field(description="TEI's name of the served model (the same as model_name)")
     model_name: str
     architecture: str
     model_dir: str | None = Field(None, description="where the model was loaded from; only with the expose_model_dir setting on")
@@ -189,12 +268,17 @@ class Info(BaseModel):
     long_docs: str
     max_chunks_per_doc: int
     token_counts: Literal["exact", "estimated"]
+    max_input_length: int = Field(description="TEI: tokens per (query, document) pair (limits.max_length)")
+    max_client_batch_size: int = Field(description="TEI: texts per request (limits.max_docs)")
+    auto_truncate: bool = Field(True, description="TEI: pairs over max_input_length are cut unless the request sends truncate=false")
     limits: Limits
 
 
 __all__ = [
     "ApiVersion",
+    "BilledUnits",
     "CohereDocument",
+    "CohereErrorBody",
     "CohereMeta",
     "CohereRerankRequest",
     "CohereRerankResponse",
@@ -206,9 +290,10 @@ __all__ = [
     "ModelTensor",
     "ModelTensorOutput",
     "PositiveJsonInt",
-    "SCORING_ERRORS",
     "TeiRank",
     "TeiRerankRequest",
     "TextSimilarityRequest",
     "TextSimilarityResponse",
+    "TruncationDirection",
+    "scoring_errors",
 ]

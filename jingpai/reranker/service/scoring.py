@@ -10,19 +10,29 @@ import asyncio
 import concurrent.futures
 import functools
 import logging
+import math
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
 from jingpai.reranker.base import Pair, Reranker
 from jingpai.reranker.service.batching import BatchingEngine
 from jingpai.reranker.service.errors import InvalidInputError, PayloadTooLargeError
-from jingpai.reranker.service.measuring import TextMeasure
+from jingpai.reranker.service.measuring import TextMeasure, longest_first
 from jingpai.reranker.service.metrics import ServiceMetrics
 from jingpai.reranker.service.model_copy import serving_model
 from jingpai.reranker.service.settings import LIMIT_SOURCE, ServiceSettings
 
 logger = logging.getLogger(__name__)
+
+#: which end of a document over the token budget is cut: ``right`` keeps its start, ``left`` its end
+CutSide = Literal["right", "left"]
+
+#: Cohere's billing rule (``meta.billed_units.search_units``): one search unit is one query with up to
+#: 100 documents; a document longer than 500 tokens together with the query counts once per 500 tokens
+SEARCH_UNIT_DOCS = 100
+SEARCH_UNIT_TOKENS = 500
 
 
 class RerankService:
@@ -86,13 +96,22 @@ class RerankService:
                 f"({LIMIT_SOURCE['max_query_chars']})"
             )
 
+    def _too_long(self, docs_field: str, i: int, size: str) -> PayloadTooLargeError:
+        return PayloadTooLargeError(
+            f"{docs_field}[{i}] is {size} tokens together with the query; the limit is max_length={self.max_length} "
+            f"({LIMIT_SOURCE['max_length']}); send truncate=true to cut it"
+        )
+
     def _prepare(
-        self, query: str, documents: Sequence[str], *, truncate: bool, chunks: int, doc_tokens: int | None, docs_field: str
+        self, query: str, documents: Sequence[str], *, truncate: bool, chunks: int, doc_tokens: int | None, docs_field: str,
+        cut: CutSide = "right",
     ) -> tuple[list[Pair], list[int], list[int]]:
         """Pairs to score, their padded lengths, and the document each pair belongs to."""
         m = self.measure
         budget = self.max_length - m.pair_overhead
         q_len = m.lengths([query])[0]  # whole (the query is at most max_query_chars long)
+        if cut == "left" and chunks == 1:
+            return self._prepare_left(query, q_len, documents, truncate=truncate, docs_field=docs_field)
         # room for a document next to the query (longest-first truncation never cuts the query below
         # half the budget, so neither does chunking)
         room = max(budget - min(q_len, budget // 2), 1)
@@ -107,8 +126,12 @@ class RerankService:
         pairs: list[Pair] = []
         lengths: list[int] = []
         owner: list[int] = []
-        # chunking needs every token's span; plain truncation only needs where the kept tokens end
-        measured = m.spans(documents, cap=doc_cap) if chunks > 1 else [(None, *cut) for cut in m.cuts(documents, cap=doc_cap)]
+        # chunking needs every token's span (of the document's end for cut=left); plain truncation only needs
+        # where the kept tokens end
+        if chunks > 1:
+            measured: list = (m.tail_spans if cut == "left" else m.spans)(documents, cap=doc_cap)
+        else:
+            measured = [(None, *kept) for kept in m.cuts(documents, cap=doc_cap)]
         for i, (doc, measure) in enumerate(zip(documents, measured, strict=True)):
             if chunks > 1:
                 spans, more = measure
@@ -124,10 +147,7 @@ class RerankService:
                     d_len = doc_tokens
             if not truncate and q_len + d_len > budget:
                 size = f"more than {self.max_length}" if more and doc_tokens is None else str(q_len + d_len + m.pair_overhead)
-                raise PayloadTooLargeError(
-                    f"{docs_field}[{i}] is {size} tokens together with the query; the limit is max_length={self.max_length} "
-                    f"({LIMIT_SOURCE['max_length']}); send truncate=true to cut it"
-                )
+                raise self._too_long(docs_field, i, size)
             if chunks > 1 and d_len > room:
                 for part in m.windows(doc, spans, size=room, stride=stride, limit=chunks):
                     pairs.append((query, part))
@@ -139,6 +159,49 @@ class RerankService:
             owner.append(i)
         return pairs, lengths, owner
 
+    def _prepare_left(
+        self, query: str, q_len: int, documents: Sequence[str], *, truncate: bool, docs_field: str
+    ) -> tuple[list[Pair], list[int], list[int]]:
+        """:meth:`_prepare` for ``cut=left`` without chunks: a document over the budget keeps its last tokens.
+
+        Both sides are cut here to what longest-first truncation keeps (the query, if cut, keeps its start),
+        so the model's own truncation (which cuts the right end) has nothing left to cut.
+        """
+        m = self.measure
+        budget = self.max_length - m.pair_overhead
+        # past this many tokens a document's length no longer changes what longest-first keeps of either side
+        measured = m.tail_spans(documents, cap=max(self.max_length, q_len + 1))
+        pairs: list[Pair] = []
+        keeps: list[int] = []
+        q_spans: list[tuple[int, int]] | None = None
+        for i, (doc, (spans, more)) in enumerate(zip(documents, measured, strict=True)):
+            d_len = len(spans) + more
+            if not truncate and q_len + d_len > budget:
+                raise self._too_long(docs_field, i, f"more than {self.max_length}" if more else str(q_len + d_len + m.pair_overhead))
+            q_keep, d_keep = longest_first(q_len, d_len, budget)
+            q = query
+            if q_keep < q_len:
+                q_spans = q_spans if q_spans is not None else m.spans([query], cap=q_len)[0][0]
+                q = query[: q_spans[q_keep - 1][1]] if q_keep else ""
+            if d_keep < d_len:
+                doc = doc[spans[len(spans) - d_keep][0] :] if d_keep else ""
+            pairs.append((q, doc))
+            keeps.append(d_keep)
+        self._settle_left_cuts(pairs, keeps)
+        return pairs, [min(q_len + k, budget) + m.pair_overhead for k in keeps], list(range(len(documents)))
+
+    def _settle_left_cuts(self, pairs: list[Pair], keeps: list[int]) -> None:
+        """Re-cut documents whose cut tokenizes into more than their kept tokens (a cut inside a word can
+        split it differently), so that the model's right-side truncation never cuts their end."""
+        for _ in range(3):
+            over = [i for i, n in enumerate(self.measure.lengths([d for _, d in pairs], cap=max(keeps, default=0))) if n > keeps[i]]
+            if not over:
+                return
+            for i, (spans, _more) in zip(over, self.measure.tail_spans([pairs[i][1] for i in over], cap=max(keeps[i] for i in over))):
+                q, doc = pairs[i]
+                tail = spans[-keeps[i] :] if keeps[i] else []
+                pairs[i] = (q, doc[tail[0][0] :] if tail else "")
+
     async def score(
         self,
         query: str,
@@ -149,6 +212,7 @@ class RerankService:
         doc_tokens: int | None = None,
         query_field: str = "query",
         docs_field: str = "documents",
+        cut: CutSide = "right",
     ) -> np.ndarray:
         """Raw scores of ``documents`` against ``query``, in input order.
 
@@ -159,6 +223,8 @@ class RerankService:
                 ``max_chunks_per_doc``).
             doc_tokens: cut each document to this many tokens first (Cohere v2 ``max_tokens_per_doc``).
             query_field, docs_field: field names used in error messages.
+            cut: which end of a document over the budget is cut (TEI's ``truncation_direction``); with
+                chunks, ``left`` scores the chunks of the document's end.
         """
         self.check(query, documents, query_field=query_field, docs_field=docs_field)
         if max_chunks is None:
@@ -166,7 +232,7 @@ class RerankService:
         max_chunks = max(1, min(max_chunks, self.settings.max_chunks_per_doc))
         # tokenizing a large request takes a while: keep it off the event loop
         prepare = functools.partial(
-            self._prepare, query, documents, truncate=truncate, chunks=max_chunks, doc_tokens=doc_tokens, docs_field=docs_field
+            self._prepare, query, documents, truncate=truncate, chunks=max_chunks, doc_tokens=doc_tokens, docs_field=docs_field, cut=cut
         )
         pairs, lengths, owner = await asyncio.get_running_loop().run_in_executor(self._prep, prepare)
         raw = await self.engine.score(pairs, lengths)
@@ -175,6 +241,20 @@ class RerankService:
         best = np.full(len(documents), -np.inf, dtype=np.float32)
         np.maximum.at(best, np.asarray(owner), raw)
         return best
+
+    async def search_units(self, query: str, documents: Sequence[str], *, doc_tokens: int | None = None) -> int:
+        """Cohere's ``billed_units.search_units`` of a request (:data:`SEARCH_UNIT_DOCS`, :data:`SEARCH_UNIT_TOKENS`).
+
+        Documents are counted in this model's tokens, cut to ``doc_tokens`` first where given.
+        """
+
+        def count() -> int:
+            q_len = self.measure.lengths([query])[0]
+            d_lens = self.measure.lengths(documents, cap=doc_tokens if doc_tokens is not None else 1 << 30)
+            docs = sum(max(1, math.ceil((q_len + min(d, doc_tokens or d)) / SEARCH_UNIT_TOKENS)) for d in d_lens)
+            return max(1, math.ceil(docs / SEARCH_UNIT_DOCS))
+
+        return await asyncio.get_running_loop().run_in_executor(self._prep, count)
 
     async def start(self) -> None:
         """Warm the model up (unless ``settings.warmup`` is off)."""
@@ -187,4 +267,4 @@ class RerankService:
         self._prep.shutdown(wait=False, cancel_futures=True)
 
 
-__all__ = ["RerankService"]
+__all__ = ["SEARCH_UNIT_DOCS", "SEARCH_UNIT_TOKENS", "CutSide", "RerankService"]

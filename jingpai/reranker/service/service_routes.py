@@ -13,10 +13,12 @@ from jingpai.reranker.service.scoring import RerankService
 
 
 def describe(service: RerankService) -> Info:
-    """The ``/info`` answer: model, architecture, dictionary version, device, dtype and limits."""
+    """The ``/info`` answer: model, architecture, dictionary version, device, dtype and limits (and TEI's
+    ``model_id``, ``max_input_length``, ``max_client_batch_size``, ``auto_truncate``)."""
     model, settings = service.model, service.settings
     hf_config = getattr(model.net, "config", None)
     return Info(
+        model_id=service.model_name,
         model_name=service.model_name,
         architecture=model.name,
         model_dir=str(settings.model_dir) if settings.model_dir and settings.expose_model_dir else None,
@@ -29,6 +31,8 @@ def describe(service: RerankService) -> Info:
         long_docs=settings.long_docs,
         max_chunks_per_doc=settings.max_chunks_per_doc,
         token_counts="exact" if service.measure.exact else "estimated",
+        max_input_length=service.max_length,
+        max_client_batch_size=settings.max_docs,
         limits=Limits(
             max_docs=settings.max_docs, max_body_bytes=settings.max_body_bytes, max_query_chars=settings.max_query_chars,
             max_length=service.max_length, max_batch_tokens=settings.max_batch_tokens, queue_timeout_ms=settings.queue_timeout_ms,
@@ -39,7 +43,7 @@ def describe(service: RerankService) -> Info:
 def add_service_routes(app: FastAPI, service: RerankService) -> None:
     """``GET /health``, ``GET /info`` and ``GET /metrics`` (Prometheus text format)."""
 
-    @app.get("/health", response_model=Health, tags=["service"], responses={503: {"model": ErrorBody, "description": "the engine is shut down"}})
+    @app.get("/health", response_model=Health, tags=["service"], responses={503: {"model": ErrorBody, "description": "the engine is shut down (error_type Unhealthy)"}})
     async def health() -> Health:
         """Liveness: 200 while the service accepts requests."""
         if service.engine.closed:

@@ -58,7 +58,7 @@ class ServiceSettings:
         max_docs: documents per request (more → 413).
         max_body_bytes: request body size (more → 413).
         max_query_chars: query length in characters (more → 422).
-        queue_timeout_ms: how long a request may wait before its first batch starts (more → 503 with
+        queue_timeout_ms: how long a request may wait before its first batch starts (more → 429 with
             ``Retry-After``).
         batch_wait_ms: how long the batcher waits for more requests after the first one arrives (0: take
             whatever is queued when the worker is free — concurrent requests still merge while it is busy).
