@@ -193,7 +193,11 @@ def resolve_activation(found: Checkpoint, num_logits: int) -> tuple[Activation, 
     return "sigmoid", f"default sigmoid ({where} {stored} is not a torch activation)"
 
 
-def _positions(hf_config: Any) -> tuple[int | None, str]:
+def usable_positions(hf_config: Any) -> tuple[int | None, str]:
+    """``(tokens the model's position embeddings can take, why)``; ``None`` when the config states none.
+
+    RoBERTa-family models number positions from ``pad_token_id + 1``, so 514 embeddings take 512 tokens.
+    """
     positions = getattr(hf_config, "max_position_embeddings", None)
     if not isinstance(positions, int) or positions <= 0:
         return None, ""
@@ -222,7 +226,7 @@ def _configured_length(found: Checkpoint, tokenizer: Any) -> tuple[int | None, s
 def resolve_max_length(found: Checkpoint, hf_config: Any, tokenizer: Any) -> tuple[int, str]:
     """``(max_length, why)``: the checkpoint's own length, capped at the positions the model has."""
     length, why = _configured_length(found, tokenizer)
-    positions, positions_why = _positions(hf_config)
+    positions, positions_why = usable_positions(hf_config)
     if length is None and positions is None:
         logger.warning("%s states no max length (tokenizer or positions): using %d", found.path, FALLBACK_MAX_LENGTH)
         return FALLBACK_MAX_LENGTH, "fallback (neither tokenizer nor model states one)"
@@ -261,4 +265,4 @@ def load(found: Checkpoint, *, device: str | None = None) -> CrossEncoderReranke
     return model
 
 
-__all__ = ["Checkpoint", "Loader", "detect", "load", "resolve_activation", "resolve_max_length"]
+__all__ = ["Checkpoint", "Loader", "detect", "load", "resolve_activation", "resolve_max_length", "usable_positions"]

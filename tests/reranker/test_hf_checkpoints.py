@@ -148,6 +148,18 @@ def test_save_of_a_loaded_checkpoint_reloads_as_jingpai(checkpoints, tmp_path, c
     np.testing.assert_allclose(again.predict(PAIRS), model.predict(PAIRS), atol=1e-6)
 
 
+@pytest.mark.parametrize(("model_max_length", "expected"), [(10**30, 512), (1000, 512), (100, 100)])
+def test_max_length_is_capped_at_the_usable_positions(model_max_length, expected, checkpoints, tmp_path, caplog) -> None:
+    """XLM-R's 514 position embeddings take 512 tokens (positions start after the padding index)."""
+    path = tmp_path / "xlmr"
+    shutil.copytree(checkpoints("xlm-roberta", max_position=512), path)
+    edit_json(path / "tokenizer_config.json", model_max_length=model_max_length)
+    model, log = loaded(path, caplog)
+    assert model.config.max_length == expected
+    if expected != model_max_length:
+        assert "max_position_embeddings 514 - 2 (positions start after the padding index)" in log
+
+
 # ------------------------------------------------------------------------------- sentence-transformers
 
 
