@@ -37,7 +37,7 @@ DEMO_OPTIONS: dict[str, Opt] = {
                      help="Dictionaries, converted corpora, trained models and engines [default: ~/.cache/jingpai, "
                           "/var/cache/jingpai as root]."),
     "model_dir": Opt(flag="--model", type=click.Path(exists=True, file_okay=False, path_type=Path),
-                     help="Serve this saved jingpai reranker instead of training the demo model."),
+                     help="Serve this saved jingpai reranker (or a Hugging Face / sentence-transformers cross-encoder directory) instead of training the demo model."),
     "rerank_model": Opt(flag="--no-rerank-model", negate=True, help="Start without a reranker (the UI shows the fail-open banner)."),
     "index": Opt(help="Alias of the main demo index."),
     "train_budget_s": Opt(type=click.FloatRange(min=10), help="Wall-clock budget of the first-run model training."),

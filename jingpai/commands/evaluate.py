@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 
 @click.command(cls=JingpaiCommand)
 @click.option("--model", "model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="Saved model folder (from `jingpai train`).")
+              help="Model folder: saved by `jingpai train`, or a Hugging Face / sentence-transformers cross-encoder as it is.")
 @click.option("--data", "data_path", type=click.Path(exists=True, path_type=Path), default=None, help="Labelled pairs to score.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True, help="Data format.")
 @click.option("--label-mode", type=click.Choice(LABEL_MODES), default="raw", show_default=True)

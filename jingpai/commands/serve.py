@@ -23,7 +23,7 @@ COMPONENT = "serve"
 #: how ServiceSettings' fields look on the command line, in --help order
 SPEC: dict[str, Opt] = {
     "model_dir": Opt(flag="--model", required=True, show_envvar=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
-                     help="Saved model directory (from `jingpai train` / Reranker.save)."),
+                     help="Model directory: a saved jingpai model (`jingpai train` / Reranker.save), or a Hugging Face / sentence-transformers cross-encoder directory as it is (docs/models.md)."),
     "model_name": Opt(show_envvar=True, help="Name reported by /info and Cohere/Jina responses (default: the directory name)."),
     "device": Opt(show_envvar=True, help="auto: CUDA when available."),
     "dtype": Opt(show_envvar=True,

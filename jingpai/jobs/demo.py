@@ -154,9 +154,14 @@ def prepare_model(settings: DemoSettings, corpora: list[CorpusChoice], dictionar
         echo("      --no-rerank-model: starting without a reranker (the jingpai column shows the engine order)")
         return None, "The demo runs without a rerank model (--no-rerank-model)."
     if settings.model_dir is not None:
-        if not (Path(settings.model_dir) / MODEL_FILE).is_file():
-            raise DemoError(f"model step: {settings.model_dir} is not a saved jingpai model ({MODEL_FILE} missing)")
-        echo(f"      using the model in {settings.model_dir}")
+        from jingpai.reranker.base import ModelLoadError
+        from jingpai.reranker.hf_checkpoint import detect
+
+        try:  # a saved jingpai model, or a Hugging Face / sentence-transformers cross-encoder as it is
+            found = detect(Path(settings.model_dir))
+        except ModelLoadError as exc:
+            raise DemoError(f"model step: {exc}") from exc
+        echo(f"      using the model in {settings.model_dir} ({found.loader}: {found.reason})")
         return Path(settings.model_dir), None
     from jingpai.jobs import demo_model
 

@@ -52,7 +52,8 @@ class DemoSettings:
         corpus: corpus file to index (JSONL/CSV/TSV with ``title``/``content``).
         data_dir: shared data folder (THUCNews titles, cnews sample); ``None``: :func:`default_data_dir`.
         cache_dir: dictionaries, converted corpora, trained models, engines; ``None``: :func:`default_cache_dir`.
-        model_dir: a saved jingpai reranker to serve instead of training the demo model.
+        model_dir: a saved jingpai reranker (or a Hugging Face / sentence-transformers cross-encoder directory) to serve
+            instead of training the demo model.
         rerank_model: ``False`` starts without a reranker (the UI shows the fail-open banner).
         index: alias of the main demo index.
         train_budget_s: wall-clock budget of the first-run model training.

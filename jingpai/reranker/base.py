@@ -11,6 +11,9 @@ Saved layout (``save(dir)``)::
     dir/jingpai_model.json   {"architecture": name, "config": {...}, "keyword_dict_version": ..., "jingpai_version": ...}
     dir/model.pt             state_dict of :attr:`Reranker.net`
     dir/...                  whatever :meth:`Reranker.save_assets` writes (tokenizer, vocab, word vectors)
+
+:meth:`Reranker.load` also takes a Hugging Face or sentence-transformers cross-encoder directory as it
+is (:mod:`jingpai.reranker.hf_checkpoint`).
 """
 
 from __future__ import annotations
@@ -85,8 +88,10 @@ class Reranker(ABC):
 
     name: ClassVar[str]
     config_class: ClassVar[type[RerankerConfig]] = RerankerConfig
-    #: whether ``scores`` returns a probability-like score in [0, 1] (classification heads)
-    num_labels: ClassVar[int] = 1
+    #: what ``scores`` returns: 1 — a logit (sigmoid makes it a probability); otherwise a probability-like
+    #: score in [0, 1] (classification heads). A model may set it per instance (a ``cross`` model whose
+    #: activation is ``sigmoid`` returns probabilities).
+    num_labels: int = 1
 
     def __init__(self, config: RerankerConfig, *, device: str | None = None) -> None:
         self.config = config
@@ -202,18 +207,27 @@ class Reranker(ABC):
 
     @classmethod
     def load(cls, directory: str | Path, *, device: str | None = None) -> Reranker:
-        """Load any saved model; the architecture is read from ``jingpai_model.json``.
+        """Load a model directory as it is; which loader reads it is decided and logged with the reason.
+
+        Accepted (see :mod:`jingpai.reranker.hf_checkpoint`): a saved jingpai model (``jingpai_model.json``
+        names the architecture), a Hugging Face ``*ForSequenceClassification`` cross-encoder
+        (``save_pretrained``), or a sentence-transformers ``CrossEncoder`` directory; the last two load
+        as a ``cross`` model with their own tokenizer, head, ``max_length`` and score activation.
 
         Raises:
-            ModelLoadError: the directory lacks the files or names an unknown architecture.
+            ModelLoadError: the directory is none of these, lacks files, or names an unknown architecture.
         """
-        from jingpai.reranker import registry
+        from jingpai.reranker import hf_checkpoint, registry
 
         path = Path(directory)
-        meta_file = path / MODEL_FILE
-        if not meta_file.exists():
-            raise ModelLoadError(f"{path} is not a saved jingpai model: {MODEL_FILE} is missing")
-        meta = json.loads(meta_file.read_text())
+        found = hf_checkpoint.detect(path)
+        logger.info("loading %s with the %s loader: %s", path, found.loader, found.reason)
+        if found.loader != "jingpai":
+            hf_cls = registry.get("cross")
+            if cls is not Reranker and not issubclass(hf_cls, cls):
+                raise ModelLoadError(f"{path} holds a Hugging Face cross-encoder (loaded as 'cross'), not {cls.name!r}")
+            return hf_checkpoint.load(found, device=device)
+        meta = json.loads((path / MODEL_FILE).read_text())
         model_cls = registry.get(meta["architecture"])
         if cls is not Reranker and not issubclass(model_cls, cls):
             raise ModelLoadError(f"{path} holds a {meta['architecture']!r} model, not {cls.name!r}")
@@ -224,6 +238,5 @@ class Reranker(ABC):
         model.net.to(model.device)
         model.keyword_dict_version = meta.get("keyword_dict_version")
         return model
-
 
 __all__ = ["ModelLoadError", "Pair", "RankResult", "Reranker", "RerankerConfig"]

@@ -50,7 +50,8 @@ class KwBertConfig(RerankerConfig):
     """Config of :class:`KeywordBertReranker`.
 
     Attributes:
-        base: local HF BERT-architecture checkpoint folder.
+        base: local HF checkpoint folder with BERT's layer layout (BERT, RoBERTa, XLM-R, ELECTRA, …; any
+            ``*ForSequenceClassification`` or sentence-transformers cross-encoder of those works too).
         dictionary: folder of a saved :class:`~jingpai.keyword_dict.Dictionary` (read at creation;
             a saved model carries its own copy).
         top_k_keywords: keywords taken per side (``KeywordExtractor(top_k=…)``).
@@ -95,22 +96,55 @@ def keyword_attention_mask(side: torch.Tensor, keyword: torch.Tensor, attention_
     return allowed | eye
 
 
+#: what kwbert needs of a backbone: BERT's layer layout (BERT, RoBERTa, XLM-R, ELECTRA, MiniLM, …)
+BERT_LAYOUT = "encoder.layer[i].attention.self.query/key/value, attention.output, intermediate, output"
+
+
+def layout_error(backbone: nn.Module, missing: str) -> ModelLoadError:
+    """The error for a backbone without BERT's layer layout (DeBERTa-v2, ModernBERT, …), naming what to use instead."""
+    model_type = getattr(getattr(backbone, "config", None), "model_type", "?")
+    return ModelLoadError(
+        f"kwbert copies the backbone's last layer and needs BERT's layer layout ({BERT_LAYOUT}: BERT, RoBERTa, XLM-R, "
+        f"ELECTRA, …); {type(backbone).__name__} (model_type {model_type!r}) has no {missing}. "
+        "Train cross or bertca on this checkpoint instead"
+    )
+
+
+def last_layer(backbone: nn.Module) -> nn.Module:
+    """The backbone's last transformer layer, checked for BERT's layout.
+
+    Raises:
+        ModelLoadError: another layout (e.g. DeBERTa-v2's disentangled attention, ModernBERT's fused layers).
+    """
+    layers = getattr(getattr(backbone, "encoder", None), "layer", None)
+    if layers is None:
+        raise layout_error(backbone, "encoder.layer")
+    layer = layers[-1]
+    parts = ("attention.self.query", "attention.self.key", "attention.self.value", "attention.self.num_attention_heads",
+             "attention.self.attention_head_size", "attention.output", "intermediate", "output")
+    for part in parts:
+        node: object = layer
+        for attr in part.split("."):
+            node = getattr(node, attr, None)
+        if node is None:
+            raise layout_error(backbone, f"encoder.layer[-1].{part}")
+    return layer
+
+
 class KeywordLayer(nn.Module):
-    """A copy of a BERT layer run with an explicit boolean attention mask, returning its attention."""
+    """A copy of a BERT-layout layer run with an explicit boolean attention mask, returning its attention.
+
+    The layer comes from :func:`last_layer`, which has checked the attributes used here.
+    """
 
     def __init__(self, layer: nn.Module) -> None:
         super().__init__()
-        try:
-            self.self_attn = layer.attention.self
-            self.attn_output = layer.attention.output
-            self.intermediate = layer.intermediate
-            self.output = layer.output
-            self.num_heads = self.self_attn.num_attention_heads
-            self.head_size = self.self_attn.attention_head_size
-        except AttributeError as exc:
-            raise ModelLoadError(
-                f"kwbert needs a BERT-architecture backbone (BertLayer-like last layer), got {type(layer).__name__}"
-            ) from exc
+        self.self_attn = layer.attention.self
+        self.attn_output = layer.attention.output
+        self.intermediate = layer.intermediate
+        self.output = layer.output
+        self.num_heads = self.self_attn.num_attention_heads
+        self.head_size = self.self_attn.attention_head_size
 
     def forward(self, hidden: torch.Tensor, allowed: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         b, n, _ = hidden.shape
@@ -136,7 +170,7 @@ class KeywordBertNet(nn.Module):
     def __init__(self, backbone: nn.Module, *, dropout: float) -> None:
         super().__init__()
         self.backbone = backbone
-        self.keyword_layer = KeywordLayer(copy.deepcopy(backbone.encoder.layer[-1]))
+        self.keyword_layer = KeywordLayer(copy.deepcopy(last_layer(backbone)))
         hidden = backbone.config.hidden_size
         self.dropout = nn.Dropout(dropout)
         self.classifier = nn.Linear(5 * hidden, 2)
