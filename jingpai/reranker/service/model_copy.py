@@ -37,9 +37,17 @@ def check_max_length(model: Reranker, settings: ServiceSettings) -> None:
     """
     if settings.max_length is None or settings.max_length == model.config.max_length:
         return
-    positions = getattr(getattr(model.net, "config", None), "max_position_embeddings", None)
-    if isinstance(positions, int) and settings.max_length > positions:
-        raise ServiceSettingsError(f"max_length={settings.max_length} exceeds the model's max_position_embeddings={positions}")
+    from jingpai.reranker.hf_checkpoint import usable_positions
+
+    # RoBERTa-family models (XLM-R: 514 embeddings) take fewer tokens than they have position embeddings
+    hf_config = getattr(model.net, "config", None)
+    usable, _ = usable_positions(hf_config)
+    if usable is not None and settings.max_length > usable:
+        embeddings = hf_config.max_position_embeddings
+        detail = "" if usable == embeddings else f" ({usable} usable: positions start after the padding index)"
+        raise ServiceSettingsError(
+            f"max_length={settings.max_length} exceeds the model's max_position_embeddings={embeddings}{detail}"
+        )
 
 
 def quantize_int8(net: torch.nn.Module) -> torch.nn.Module:
