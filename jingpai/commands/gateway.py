@@ -52,6 +52,9 @@ _BEHAVIOUR: dict[str, Opt] = _flagged({
     "breaker_reset_s": Opt(help="Seconds an open breaker waits before a probe request."),
     "dict_dirs": Opt(multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
                      help="Keyword dictionary directory (repeatable); an index uses the one matching its dictionary version."),
+    "dict_root": Opt(type=click.Path(exists=True, file_okay=False, path_type=Path), metavar="DIR",
+                     help="Directory of `jingpai dict build --out` directories; a version an index needs is loaded from it on first use "
+                          "(POST /_jingpai/reload rescans it)."),
     "keywords_top_k": Opt(help="Dictionary keywords of a query added to its augmented search."),
     "engine_timeout_s": Opt(help="Seconds a request to the engine may take before the gateway answers 504."),
     "meta_ttl_s": Opt(help="Seconds an index's field roles / dictionary version are cached."),

@@ -28,8 +28,10 @@ import logging
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+# the registry of loaded dictionaries lived here; its name is still importable from this module
+from jingpai.plugin.dictionaries import DictionaryStore
 
 if TYPE_CHECKING:
     from jingpai.indexer.mapping import IndexMeta
@@ -266,54 +268,6 @@ class QueryRewriter:
         result.query = _walk(query, self.meta.text_fields, visit)
         result.keywords = sorted(seen_keywords.items(), key=lambda kv: -kv[1])
         return result
-
-
-class DictionaryStore:
-    """The keyword dictionaries the gateway was given (``--dict DIR``), looked up by version.
-
-    Args:
-        dirs: dictionary directories (``Dictionary.save`` layout).
-
-    Raises:
-        jingpai.keyword_dict.DictionaryError: a directory does not hold a dictionary (raised at start-up,
-            so a typo in ``--dict`` is not silently ignored).
-    """
-
-    def __init__(self, dirs: Iterable[Path]) -> None:
-        from jingpai.keyword_dict import Dictionary, Segmenter
-
-        self._entries: dict[str, tuple[Dictionary, Segmenter]] = {}
-        self._warned: set[str] = set()
-        for directory in dirs:
-            dictionary = Dictionary.load(directory)
-            self._entries[dictionary.version] = (dictionary, Segmenter(dictionary))
-            logger.info("loaded keyword dictionary %s from %s (%d words)", dictionary.version, directory, len(dictionary.words()))
-        self._plain: Segmenter | None = None
-
-    @property
-    def versions(self) -> list[str]:
-        return sorted(self._entries)
-
-    def plain_segmenter(self) -> Segmenter:
-        """The segmenter without a domain dictionary (for indices built without one)."""
-        if self._plain is None:
-            from jingpai.keyword_dict import Segmenter
-
-            self._plain = Segmenter()
-        return self._plain
-
-    def get(self, version: str) -> tuple[Dictionary, Segmenter] | None:
-        """The dictionary of ``version`` and its segmenter, or ``None`` (logged once per version)."""
-        entry = self._entries.get(version)
-        if entry is None and version not in self._warned:
-            self._warned.add(version)
-            logger.warning(
-                "keyword dictionary %s (used by an index) is not loaded; loaded: %s — queries on that index are "
-                "not augmented (start the gateway with --dict DIR for it)",
-                version,
-                ", ".join(self.versions) or "none",
-            )
-        return entry
 
 
 __all__ = [

@@ -61,6 +61,9 @@ class GatewaySettings:
         breaker_failures: consecutive reranker failures that open the circuit breaker.
         breaker_reset_s: how long an open breaker waits before letting one probe request through.
         dict_dirs: keyword dictionary directories; an index's dictionary is picked by version.
+        dict_root: a directory of dictionary directories (``jingpai dict build --out <root>/…``, up to three
+            levels down); a version an index names that is not loaded is looked up and loaded there on first
+            use, without a restart (:mod:`jingpai.plugin.dictionaries`; ``POST /_jingpai/reload`` rescans it).
         keywords_top_k: dictionary keywords taken from a query for augmentation.
         seg_boost: boost of the added clause on the dictionary-segmented field.
         keyword_boost: boost of the added clause on the keywords field.
@@ -94,6 +97,7 @@ class GatewaySettings:
     breaker_failures: int = 3
     breaker_reset_s: float = 10.0
     dict_dirs: tuple[Path, ...] = ()
+    dict_root: Path | None = None
     keywords_top_k: int = 10
     # the boosts' defaults are the augmentation's, defined once there
     seg_boost: float = SEG_BOOST
@@ -128,6 +132,8 @@ class GatewaySettings:
         if self.rerank_fields is not None:
             object.__setattr__(self, "rerank_fields", tuple(self.rerank_fields))
         object.__setattr__(self, "dict_dirs", tuple(Path(d) for d in self.dict_dirs))
+        if self.dict_root is not None:
+            object.__setattr__(self, "dict_root", Path(self.dict_root))
         try:
             default = FusionSpec(mode=self.fusion, weight=self.fusion_weight, rrf_k=self.rrf_k)
         except FusionError as exc:
@@ -176,6 +182,7 @@ CLI_FLAGS: dict[str, str] = {
     "breaker_failures": "--breaker-failures",
     "breaker_reset_s": "--breaker-reset-s",
     "dict_dirs": "--dict",
+    "dict_root": "--dict-root",
     "keywords_top_k": "--keywords-top-k",
     "engine_timeout_s": "--engine-timeout-s",
     "meta_ttl_s": "--meta-ttl-s",

@@ -9,6 +9,8 @@
   top-level ``jingpai`` object (:class:`JingpaiInfo`) and reranked hits a ``_jingpai`` object with the
   engine's score and rank and the model's score. Hits past the window keep the engine's order, so paging
   with ``from``/``size`` never repeats or skips a hit.
+- ``GET /_jingpai/health``, ``POST /_jingpai/reload`` (rescan the dictionaries,
+  :mod:`jingpai.plugin.dictionaries`) and ``GET /_jingpai/metrics`` (Prometheus) are the gateway's own.
 - every other request is streamed through unchanged (method, path, query, headers, body; status,
   headers and body of the answer). The gateway adds no headers or credentials of its own and only
   ever talks to the configured engine and reranker URLs.
@@ -32,7 +34,9 @@ meta       the per-credentials cache of which indices jingpai built (their field
 proxy      the transport to the engine (pass-through streaming, searches, mapping lookups)
 rerank     the reranker behind the gateway's concurrency bounds
 finish     rerank + fuse the window, cut the page, add ``jingpai``, apply ``filter_path``
-handlers   the routes (``_search``, ``_msearch``, pass-through, health): :class:`Gateway`
+handlers   the routes (``_search``, ``_msearch``, pass-through): :class:`Gateway`
+admin      the gateway's own ``/_jingpai/`` routes: ``health``, ``reload`` (dictionaries), ``metrics``
+metrics    the Prometheus metrics of one app (:class:`GatewayMetrics`, its own registry)
 app        :func:`create_app` and the one exception → engine-shaped HTTP error mapping
 errors     :class:`GatewayError` (answered by the gateway) and :class:`NotOursToJudge` (by the engine)
 ========== =========================================================================================

@@ -21,8 +21,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from jingpai.plugin.gateway.admin import admin_routes
 from jingpai.plugin.gateway.errors import GatewayError
 from jingpai.plugin.gateway.handlers import Gateway
+from jingpai.plugin.gateway.metrics import EndpointKind
 from jingpai.plugin.http_protocol import Utf8TargetHttpToolsProtocol
 from jingpai.plugin.settings import GatewaySettings
 
@@ -106,6 +108,7 @@ def create_app(settings: GatewaySettings, *, routes: Sequence[BaseRoute] = ()) -
 
     Raises:
         jingpai.keyword_dict.DictionaryError: a ``dict_dirs`` entry holds no dictionary.
+        jingpai.plugin.dictionaries.DictionaryRootError: ``dict_root`` is not a directory.
     """
     gateway = Gateway(settings)
 
@@ -116,15 +119,19 @@ def create_app(settings: GatewaySettings, *, routes: Sequence[BaseRoute] = ()) -
         finally:
             await gateway.aclose()
 
-    guard = functools.partial(guarded, expose_internals=settings.expose_internals)
+    def route(kind: EndpointKind) -> Callable[[Endpoint], Endpoint]:
+        """An endpoint answering its own errors (:func:`guarded`), counted and timed as ``kind``."""
+        return lambda endpoint: gateway.metrics.observed(kind, guarded(endpoint, expose_internals=settings.expose_internals))
+
+    search, msearch = route("search"), route("msearch")
     app = Starlette(routes=[
         *routes,
-        Route("/_jingpai/health", guard(gateway.health), methods=["GET"]),
-        Route("/_search", guard(gateway.search), methods=["GET", "POST"]),
-        Route("/_msearch", guard(gateway.msearch), methods=["GET", "POST"]),
-        Route("/{index}/_search", guard(gateway.search), methods=["GET", "POST"]),
-        Route("/{index}/_msearch", guard(gateway.msearch), methods=["GET", "POST"]),
-        Route("/{path:path}", guard(gateway.passthrough), methods=ALL_METHODS),
+        *admin_routes(gateway, route("jingpai")),
+        Route("/_search", search(gateway.search), methods=["GET", "POST"]),
+        Route("/_msearch", msearch(gateway.msearch), methods=["GET", "POST"]),
+        Route("/{index}/_search", search(gateway.search), methods=["GET", "POST"]),
+        Route("/{index}/_msearch", msearch(gateway.msearch), methods=["GET", "POST"]),
+        Route("/{path:path}", route("passthrough")(gateway.passthrough), methods=ALL_METHODS),
     ], lifespan=lifespan, exception_handlers={HTTPException: _http_exception})
     app.state.gateway = gateway
     # uvicorn's HTTP parser refuses raw UTF-8 in a request target, which the engines accept (jingpai.serving

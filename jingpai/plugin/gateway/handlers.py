@@ -1,4 +1,5 @@
-"""The gateway's routes: ``_search``, ``_msearch``, the pass-through of everything else, and its health.
+"""The gateway's routes: ``_search``, ``_msearch`` and the pass-through of everything else (its own
+``/_jingpai/*`` routes are :mod:`~jingpai.plugin.gateway.admin`).
 
 A search is read (:func:`~jingpai.plugin.gateway.plan.parse_search`), its index meta looked up with the
 client's credentials (:mod:`~jingpai.plugin.gateway.meta`), planned
@@ -16,14 +17,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
 from jingpai.indexer.mapping import IndexMeta
-from jingpai.plugin.augment import DictionaryStore, QueryRewriter
+from jingpai.plugin.augment import QueryRewriter
+from jingpai.plugin.dictionaries import DictionaryStore
 from jingpai.plugin.filter_path import FilterPath
 from jingpai.plugin.gateway.errors import NotOursToJudge
 from jingpai.plugin.gateway.finish import finish
 from jingpai.plugin.gateway.meta import Credentials, IndexMetaCache
+from jingpai.plugin.gateway.metrics import GatewayMetrics
 from jingpai.plugin.gateway.models import FusionParams, take_fusion, take_mode
 from jingpai.plugin.gateway.plan import Planner, SearchPlan, msearch_target, parse_search, plan_search, unchanged_plan
 from jingpai.plugin.gateway.proxy import (
@@ -41,16 +44,18 @@ _NOT_INTERPRETABLE = (NotOursToJudge, RecursionError, TypeError, ValueError, Att
 
 
 class Gateway:
-    """The gateway's state (engine proxy, index-meta cache, dictionaries, reranker) and request handlers;
-    see :func:`jingpai.plugin.gateway.app.create_app`."""
+    """The gateway's state (engine proxy, index-meta cache, dictionaries, reranker, metrics) and request
+    handlers; see :func:`jingpai.plugin.gateway.app.create_app`."""
 
     def __init__(self, settings: GatewaySettings) -> None:
         self.settings = settings
-        self.dictionaries = DictionaryStore(settings.dict_dirs)
-        self.proxy = EngineProxy(settings)
+        self.metrics = GatewayMetrics()
+        self.dictionaries = DictionaryStore(settings.dict_dirs, root=settings.dict_root)
+        self.proxy = EngineProxy(settings, observe=self.metrics.engine_hop)
         self.meta = IndexMetaCache(self.proxy, ttl_s=settings.meta_ttl_s)
-        self.bounded_reranker = BoundedReranker(settings) if settings.reranker_url else None
+        self.bounded_reranker = BoundedReranker(settings, observe=self.metrics.rerank_call) if settings.reranker_url else None
         self.planner = Planner(settings, rewriter_for=self._rewriter)
+        self.metrics.watch(breaker=self.reranker.breaker if self.reranker else None, dictionaries=self.dictionaries)
 
     @property
     def reranker(self) -> RerankClient | None:
@@ -58,6 +63,7 @@ class Gateway:
         return self.bounded_reranker.client if self.bounded_reranker is not None else None
 
     async def aclose(self) -> None:
+        self.dictionaries.close()
         await self.proxy.aclose()
         if self.bounded_reranker is not None:
             await self.bounded_reranker.aclose()
@@ -66,7 +72,8 @@ class Gateway:
         if meta.dict_version is None:
             dictionary, segmenter = None, self.dictionaries.plain_segmenter()
         else:
-            entry = self.dictionaries.get(meta.dict_version)
+            # loaded (or found missing) by plan() before planning: planning does no I/O
+            entry = self.dictionaries.loaded(meta.dict_version)
             if entry is None:
                 return None
             dictionary, segmenter = entry
@@ -87,6 +94,9 @@ class Gateway:
         try:
             search = parse_search(index, body, params, settings=self.settings, mode_param=mode_param, fusion_param=fusion_param)
             meta = await self.meta.get(index, credentials) if search.mode != "off" else None
+            if meta is not None and meta.dict_version is not None:
+                # a version not loaded yet is looked for under the dictionary root and loaded off the event loop
+                await self.dictionaries.aget(meta.dict_version)
             return plan_search(search, meta, self.planner)
         except _NOT_INTERPRETABLE as exc:
             logger.warning("forwarding a search on %r unchanged (the engine judges it): %s: %s", index, type(exc).__name__, exc)
@@ -98,7 +108,8 @@ class Gateway:
             headers = body_headers(request, ndjson=ndjson)
         else:
             headers = forward_headers(request.headers.items(), body_rewritten=True)
-        return await self.proxy.fetch(request.method, path, headers=headers, body=body, params=params)
+        hop = "msearch" if ndjson else "search"
+        return await self.proxy.fetch(request.method, path, headers=headers, body=body, params=params, hop=hop)
 
     @staticmethod
     def _relay(resp: Upstream, filter_path: FilterPath | None = None) -> Response:
@@ -145,27 +156,11 @@ class Gateway:
                 member = FilterPath.parse(plan.params["filter_path"]).apply(member)
             spliced = append_member(resp.content, "jingpai", member["jingpai"]) if member else resp.content
             if spliced is not None:
+                self.metrics.search_answered(plan, plan.reason)
                 return Response(spliced, status_code=200, headers=headers)
         finished = await finish(plan, resp.json(), self.bounded_reranker, doc_chars=self.settings.doc_chars)
+        self.metrics.search_answered(plan, finished.reason)
         return Response(dumps(finished.data), status_code=200, headers=headers)
-
-    async def health(self, request: Request) -> Response:
-        """``GET /_jingpai/health``: the gateway is up; its reranker and dictionaries as it sees them.
-
-        It does not call the engine (that needs the client's credentials); the engine has its own health API.
-        """
-        reranker = None
-        expose = self.settings.expose_internals  # anyone may call this: URLs only when the operator allows
-        if self.reranker is not None:
-            reranker = {"url": self.reranker.url} if expose else {}
-            reranker["breaker"] = self.reranker.breaker.state
-        return JSONResponse({
-            "status": "ok",
-            **({"engine_url": self.settings.engine_url} if expose else {}),
-            "mode": self.settings.mode,
-            "reranker": reranker,
-            "dictionaries": self.dictionaries.versions,
-        })
 
     async def msearch(self, request: Request) -> Response:
         """``_msearch``: each search planned like a ``_search``; unchanged lines are forwarded as the client's
@@ -214,6 +209,7 @@ class Gateway:
             if not isinstance(item, dict) or "error" in item:
                 return item, plan.reason
             done = await finish(plan, item, self.bounded_reranker, doc_chars=self.settings.doc_chars, slots=(per_request,), log=False)
+            self.metrics.search_answered(plan, done.reason)
             return done.data, done.reason
 
         finished = await asyncio.gather(*(finish_one(p, r) for p, r in zip(plans, responses)))

@@ -12,7 +12,8 @@ import asyncio
 import gzip
 import json
 import re
-from collections.abc import AsyncIterator, Iterable
+import time
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -125,10 +126,16 @@ async def read_body(request: Request) -> bytes:
 
 
 class EngineProxy:
-    """The HTTP hop to the engine; also the gateway's :class:`~jingpai.plugin.gateway.meta.MappingSource`."""
+    """The HTTP hop to the engine; also the gateway's :class:`~jingpai.plugin.gateway.meta.MappingSource`.
 
-    def __init__(self, settings: GatewaySettings) -> None:
+    Args:
+        observe: called with ``(hop, seconds)`` after each engine request (metrics): ``hop`` is the
+            caller's name for it (``search``, ``msearch``, ``mapping``, ``passthrough`` until the headers).
+    """
+
+    def __init__(self, settings: GatewaySettings, *, observe: Callable[[str, float], None] | None = None) -> None:
         self.settings = settings
+        self.observe = observe
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -167,6 +174,7 @@ class EngineProxy:
     async def passthrough(self, request: Request) -> Response:
         """Stream any request to the engine and its answer back, unchanged."""
         has_body = "content-length" in request.headers or "transfer-encoding" in request.headers
+        started = time.perf_counter()
         resp = await self.session.request(
             request.method,
             URL(self.target_url(request), encoded=True),
@@ -175,6 +183,7 @@ class EngineProxy:
             allow_redirects=False,
             auto_decompress=False,
         )
+        self._observe("passthrough", started)
 
         async def relay() -> AsyncIterator[bytes]:
             try:
@@ -185,16 +194,24 @@ class EngineProxy:
 
         return StreamingResponse(relay(), status_code=resp.status, headers=response_headers(resp, body_rewritten=False))
 
+    def _observe(self, hop: str, started: float) -> None:
+        if self.observe is not None:
+            self.observe(hop, time.perf_counter() - started)
+
     async def fetch(self, method: str, path: str, *, headers: list[tuple[str, str]], body: bytes | None = None,
-                    params: Any = None) -> Upstream:
-        """One request to the engine whose answer the gateway reads (sent uncompressed: it is decoded here anyway)."""
+                    params: Any = None, hop: str = "search") -> Upstream:
+        """One request to the engine whose answer the gateway reads (sent uncompressed: it is decoded here anyway);
+        ``hop`` names it for the metrics."""
         url = f"{self.settings.engine_url}{path}"
         if params:
             url += "?" + urlencode(params)
         headers = [(k, v) for k, v in headers if k.lower() != "accept-encoding"]
+        started = time.perf_counter()
         async with self.session.request(method, URL(url, encoded=True), headers=headers, data=body or None,
                                         allow_redirects=False, auto_decompress=True) as resp:
-            return Upstream(resp.status, resp.headers, await resp.read())
+            upstream = Upstream(resp.status, resp.headers, await resp.read())
+        self._observe(hop, started)
+        return upstream
 
     async def get_mapping(self, index: str, headers: list[tuple[str, str]]) -> MappingAnswer:
         """``GET /{index}/_mapping`` with ``headers`` (the client's own credentials).
@@ -202,7 +219,7 @@ class EngineProxy:
         Raises:
             ValueError: a 200 answer that is not JSON.
         """
-        resp = await self.fetch("GET", f"/{path_part(index)}/_mapping", headers=headers)
+        resp = await self.fetch("GET", f"/{path_part(index)}/_mapping", headers=headers, hop="mapping")
         return MappingAnswer(resp.status_code, resp.json() if resp.status_code == 200 else None)
 
 

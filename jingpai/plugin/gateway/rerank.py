@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from jingpai.plugin.rerank_client import CircuitBreaker, RerankClient, RerankUnavailable
 from jingpai.plugin.settings import GatewaySettings, setting_hint
@@ -35,14 +36,19 @@ def fail_open_hint(reason: str) -> str:
 
 
 class BoundedReranker:
-    """:class:`RerankClient` calls, at most ``rerank_concurrency`` in flight across the gateway."""
+    """:class:`RerankClient` calls, at most ``rerank_concurrency`` in flight across the gateway.
 
-    def __init__(self, settings: GatewaySettings) -> None:
+    Args:
+        observe: called with ``("ok" or the fail-open reason, seconds)`` after each reranker call (metrics).
+    """
+
+    def __init__(self, settings: GatewaySettings, *, observe: Callable[[str, float], None] | None = None) -> None:
         if settings.reranker_url is None:
             raise ValueError("BoundedReranker needs settings.reranker_url")
         self.settings = settings
         breaker = CircuitBreaker(failure_threshold=settings.breaker_failures, reset_timeout_s=settings.breaker_reset_s)
         self.client = RerankClient(settings.reranker_url, timeout_ms=settings.timeout_ms, breaker=breaker)
+        self.observe = observe
         self._slots: asyncio.Semaphore | None = None
         self._slots_loop: asyncio.AbstractEventLoop | None = None
 
@@ -74,7 +80,19 @@ class BoundedReranker:
                     f"no rerank slot free within {settings.timeout_ms} ms ({settings.rerank_concurrency} calls at once "
                     f"gateway-wide, {settings.msearch_rerank_concurrency} per _msearch)",
                 ) from exc
-            return await self.client.rerank(clean_text(query), [clean_text(t) for t in texts])
+            return await self._call(clean_text(query), [clean_text(t) for t in texts])
+
+    async def _call(self, query: str, texts: list[str]) -> list[float]:
+        started = time.perf_counter()
+        outcome = "ok"
+        try:
+            return await self.client.rerank(query, texts)
+        except RerankUnavailable as exc:
+            outcome = exc.reason
+            raise
+        finally:
+            if self.observe is not None:
+                self.observe(outcome, time.perf_counter() - started)
 
     async def model_name(self) -> str | None:
         return await self.client.model_name()
