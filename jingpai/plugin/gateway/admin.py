@@ -30,6 +30,8 @@ async def health(gateway: Gateway, request: Request) -> Response:
     if gateway.reranker is not None:
         reranker = {"url": gateway.reranker.url} if expose else {}
         reranker["breaker"] = gateway.reranker.breaker.state
+        if gateway.reranker.model_id is not None:  # TEI's /info model_id, known after the first rerank
+            reranker["model"] = gateway.reranker.model_id
     return JSONResponse({
         "status": "ok",
         **({"engine_url": gateway.settings.engine_url} if expose else {}),

@@ -36,6 +36,7 @@ from starlette.responses import Response
 
 from jingpai.plugin.dictionaries import DictionaryStore
 from jingpai.plugin.gateway.plan import SearchPlan
+from jingpai.plugin.rerank_client import REASONS as CLIENT_REASONS
 from jingpai.plugin.rerank_client import BreakerState, CircuitBreaker
 
 EndpointKind = Literal["search", "msearch", "passthrough", "jingpai"]
@@ -49,10 +50,7 @@ PLAN_REASONS: tuple[str, ...] = (
 )
 #: why a planned rerank did not happen: the finishing step's, RerankUnavailable's reasons
 #: (jingpai.plugin.rerank_client.RerankClient) and the gateway's own bound (reranker_busy)
-FAIL_OPEN_REASONS: tuple[str, ...] = (
-    "no_hits", "no_document_text", "reranker_timeout", "reranker_unreachable", "reranker_error", "reranker_bad_response",
-    "circuit_open", "reranker_busy",
-)
+FAIL_OPEN_REASONS: tuple[str, ...] = ("no_hits", "no_document_text", *CLIENT_REASONS, "reranker_busy")
 KNOWN_REASONS: tuple[str, ...] = PLAN_REASONS + FAIL_OPEN_REASONS
 AUGMENT_OUTCOMES: tuple[str, ...] = (
     "augmented", "not_augmented", "disabled", "dictionary_not_loaded", "no_full_text_query", "not_a_jingpai_index", "no_target_index",
