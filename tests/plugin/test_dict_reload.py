@@ -118,7 +118,10 @@ def test_a_lookup_that_fails_at_once_does_not_block_its_caller(tmp_path: Path, c
         sys.setswitchinterval(switch)
         store.close()
     assert not caller.is_alive(), "DictionaryStore.get deadlocked on a load that had already finished"
-    assert results == [None] * N_LOOKUPS and len(misses_of(caplog, V1.version)) == N_LOOKUPS
+    assert results == [None] * N_LOOKUPS
+    # every lookup misses; a get() that arrives while the previous lookup's bookkeeping is still being
+    # cleared shares that lookup (and its one warning), so there may be fewer warnings than gets
+    assert 1 <= len(misses_of(caplog, V1.version)) <= N_LOOKUPS
 
 
 def test_store_without_a_root_keeps_the_old_behaviour(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
