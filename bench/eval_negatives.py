@@ -44,7 +44,8 @@ def prepare(settings: ReportSettings, engine_url: str) -> dict[str, Path]:
     from jingpai.engine.client import connect
     from jingpai.keyword_dict import Dictionary
     from jingpai.reranker.data import LabeledPair, read_pairs, write_pairs
-    from jingpai.jobs.negatives import NegativeSettings, index_texts, sample_negatives
+    from jingpai.jobs.negatives import index_texts, sample_negatives
+    from jingpai.reranker.negatives import NegativeSettings
 
     files = sample_files(settings)
     if all(p.exists() for p in files.values()):

@@ -20,22 +20,19 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from jingpai.reranker.negatives import (
-    STRATEGIES,
     NegativeRecord,
     NegativeResult,
     NegativeSamplingError,
     NegativeSettings,
     augmented_query,
-    entity_negatives,
     keyword_overlap,
     random_negatives,
     replace_entity,
-    text_keywords,
 )
 
 if TYPE_CHECKING:
     from jingpai.engine.client import Engine
-    from jingpai.keyword_dict import Dictionary, Segmenter
+    from jingpai.keyword_dict import Dictionary
 
 logger = logging.getLogger(__name__)
 
@@ -92,13 +89,11 @@ def sample_negatives(
     missing = [name for name, value in (("engine", engine), ("index", index), ("dictionary", dictionary)) if value is None]
     if missing:
         raise NegativeSamplingError(f"the keyword strategy needs {', '.join(missing)}")
-    from jingpai.keyword_dict import Segmenter
-
     known = positives or {}
     rng = random.Random(settings.seed)
     result = NegativeResult(stats={"queries": 0})
     unique = list(dict.fromkeys(queries))
-    sampler = _KeywordSampler(engine, index, dictionary, Segmenter(dictionary), settings)
+    sampler = _KeywordSampler(engine, index, dictionary, settings)
     fallbacks = 0
     for q in unique:
         result.stats["queries"] += 1
@@ -112,11 +107,11 @@ def sample_negatives(
 class _KeywordSampler:
     """The ``keyword`` strategy for one query at a time (engine, index, dictionary and settings fixed)."""
 
-    def __init__(self, engine: Engine, index: str, dictionary: Dictionary, segmenter: Segmenter, settings: NegativeSettings) -> None:
-        self.engine, self.index, self.dictionary, self.segmenter, self.settings = engine, index, dictionary, segmenter, settings
+    def __init__(self, engine: Engine, index: str, dictionary: Dictionary, settings: NegativeSettings) -> None:
+        from jingpai.keyword_dict import KeywordExtractor  # here: keyword_dict loads numpy and jieba
 
-    def keywords(self, text: str) -> list[str]:
-        return text_keywords(text, self.dictionary, self.segmenter, self.settings.top_k_keywords)
+        self.engine, self.index, self.dictionary, self.settings = engine, index, dictionary, settings
+        self.keywords = KeywordExtractor(dictionary, top_k=settings.top_k_keywords).words
 
     def sample(self, q: str, banned: set[str], rng: random.Random, result: NegativeResult) -> int:
         """Add q's retrieved and replaced negatives to ``result``; 1 when q's own score was not found, else 0."""
@@ -167,17 +162,4 @@ def index_texts(engine: Engine, index: str, texts: Iterable[str], *, field_name:
     return len(unique)
 
 
-__all__ = [
-    "STRATEGIES",
-    "NegativeRecord",
-    "NegativeResult",
-    "NegativeSamplingError",
-    "NegativeSettings",
-    "augmented_query",
-    "entity_negatives",
-    "index_texts",
-    "keyword_overlap",
-    "replace_entity",
-    "retrieve",
-    "sample_negatives",
-]
+__all__ = ["index_texts", "retrieve", "sample_negatives"]

@@ -7,8 +7,7 @@ Example:
     ['GDP', '中国']
 """
 
-import importlib
-from typing import Any
+from jingpai.lazy import lazy_exports
 
 #: public name -> module that defines it; imported on first use, so that reading the settings (every
 #: ``jingpai … --help``) does not import numpy and jieba
@@ -21,13 +20,7 @@ _EXPORTS = {
     "Segmenter": "segment", "extract_keywords": "segment", "keyword_spans": "segment", "keywords_from_tokens": "segment",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'jingpai.keyword_dict' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"jingpai.keyword_dict.{module}"), name)
-
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 __all__ = [
     "BuildError",

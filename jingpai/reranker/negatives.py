@@ -34,7 +34,7 @@ from jingpai.errors import UserError
 from jingpai.reranker.data import LabeledPair
 
 if TYPE_CHECKING:
-    from jingpai.keyword_dict import Dictionary, Segmenter
+    from jingpai.keyword_dict import Dictionary
 
 logger = logging.getLogger(__name__)
 
@@ -120,13 +120,6 @@ def augmented_query(text: str, keywords: Sequence[str]) -> str:
     return " ".join([text, *keywords]) if keywords else text
 
 
-def text_keywords(text: str, dictionary: Dictionary, segmenter: Segmenter, top_k: int) -> list[str]:
-    """The ``top_k`` dictionary keywords of ``text``, best first."""
-    from jingpai.keyword_dict.keywords import KeywordExtractor  # here: keyword_dict loads numpy and jieba
-
-    return KeywordExtractor(dictionary, top_k=top_k, segmenter=segmenter).words(text)
-
-
 def replace_entity(
     text: str, keywords: Sequence[str], dictionary: Dictionary, rng: random.Random
 ) -> tuple[str, str, str] | None:
@@ -163,16 +156,16 @@ def entity_negatives(
     """
     if not 0.0 <= ratio <= 1.0:
         raise NegativeSamplingError(f"entity-negative ratio must be in [0, 1], got {ratio}")
-    from jingpai.keyword_dict import Segmenter
+    from jingpai.keyword_dict import KeywordExtractor  # here: keyword_dict loads numpy and jieba
 
-    segmenter = Segmenter(dictionary)
+    keywords = KeywordExtractor(dictionary, top_k=top_k_keywords)
     rng = random.Random(seed)
     out: list[LabeledPair] = []
     positives = [p for p in pairs if p.label > 0]
     for pair in positives:
         if rng.random() >= ratio:
             continue
-        swapped = replace_entity(pair.document, text_keywords(pair.document, dictionary, segmenter, top_k_keywords), dictionary, rng)
+        swapped = replace_entity(pair.document, keywords.words(pair.document), dictionary, rng)
         if swapped is not None and swapped[0] != pair.query:
             out.append(LabeledPair(pair.query, swapped[0], 0.0))
     logger.info("made %d entity-replacement negatives from %d positive pairs", len(out), len(positives))
@@ -224,5 +217,4 @@ __all__ = [
     "keyword_overlap",
     "random_negatives",
     "replace_entity",
-    "text_keywords",
 ]

@@ -46,8 +46,7 @@ Modules (one concept each):
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from jingpai.lazy import lazy_exports
 
 #: public name → the module that defines it. Imported on first use (PEP 562), so that
 #: ``jingpai.reranker.service.settings`` alone (what ``jingpai serve --help`` needs) loads neither
@@ -79,18 +78,7 @@ _EXPORTS = {
     "create_app": "app",
 }
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 
 
 __all__ = sorted(_EXPORTS)
