@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -71,6 +72,12 @@ def run(url: str, index: str, queries: list[str], *, n: int, concurrency: int, p
         latencies = list(pool.map(one, range(n)))
     client.close()
     return latencies
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds ``pid`` has used so far (Linux ``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(values: list[float], q: float) -> float:
@@ -131,7 +138,11 @@ def main() -> None:
             kw = {"n": args.requests, "concurrency": args.concurrency}
             direct = run(engine_url, index, titles, params={}, **kw)
             direct_identity = run(engine_url, index, titles, params={}, headers={"accept-encoding": "identity"}, **kw)
+            cpu0 = process_cpu_s(gateway_proc.pid)
             off = run(gateway_url, index, titles, params={"jingpai": "off"}, **kw)
+            # the gateway's own CPU per request (its process alone: warm-up requests included): on a machine
+            # whose cores the engine and the clients share, this is what the hop adds to the engine's queue
+            off_cpu_ms = (process_cpu_s(gateway_proc.pid) - cpu0) * 1000 / (args.requests + 2 * args.concurrency)
             rerank = run(gateway_url, index, titles, params={}, n=max(args.requests // 4, 40), concurrency=args.concurrency)
         finally:
             gateway_proc.terminate()
@@ -148,6 +159,7 @@ def main() -> None:
     for name, lat in rows:
         p50, p99 = pct(lat, 50), pct(lat, 99)
         print(f"{name:<30}{p50:>10.2f}{p99:>10.2f}{p50 - d50:>10.2f}{p99 - d99:>10.2f}{p50 / d50:>10.2f}x")
+    print(f"gateway process CPU per request, rerank off: {off_cpu_ms:.2f} ms")
     if failures:
         print(f"WARNING: {len(failures)} rerank requests were not reranked: {sorted(set(failures))}")
     print("(httpx clients send Accept-Encoding: gzip, so the engine compresses its answers to direct requests; the gateway\n"

@@ -179,6 +179,10 @@ def test_health_info_metrics_and_openapi(client: TestClient) -> None:
     assert metrics.headers["content-type"].startswith("text/plain")
     assert metric(metrics.text, "jingpai_rerank_requests_total", route="/rerank", status="200") == 1
     assert metric(metrics.text, "jingpai_rerank_pairs_total") == 2  # the start-up warm-up is not counted
+    # the two pairs padded to the longer one: the real tokens are what the tokenizer makes of each pair
+    lengths = [len(ids) for ids in client.app.state.service.model.tokenizer([QUERY] * 2, DOCS[:2], truncation=True, max_length=64)["input_ids"]]
+    assert metric(metrics.text, "jingpai_rerank_real_tokens_total") == sum(lengths)
+    assert metric(metrics.text, "jingpai_rerank_padded_tokens_total") == 2 * max(lengths)
     spec = client.get("/openapi.json").json()
     assert {"/rerank", "/v1/rerank", "/v2/rerank", "/opensearch/text_similarity", "/health", "/info", "/metrics"} <= set(spec["paths"])
     tei = spec["components"]["schemas"]["TeiRerankRequest"]
@@ -514,6 +518,29 @@ def test_bf16_autocast_on_cpu_keeps_the_ranking_close(model: Reranker) -> None:
     got = {rec["index"]: rec["score"] for rec in r.json()}
     direct = model.predict([(QUERY, d) for d in DOCS])
     assert max(abs(got[i] - direct[i]) for i in range(len(DOCS))) < 0.05
+
+
+def test_bf16_on_cpu_casts_the_service_copy_once_and_leaves_the_callers_weights(model: Reranker) -> None:
+    from jingpai.reranker.service import RerankService, ServiceMetrics
+
+    before = {k: v.clone() for k, v in model.net.state_dict().items()}
+    service = RerankService(model, ServiceSettings(dtype="bf16", warmup=False), ServiceMetrics())
+    assert {p.dtype for p in service.model.net.parameters()} == {torch.bfloat16}
+    assert service.engine.forward.cast_inputs
+    assert all(torch.equal(v, before[k]) and v.dtype == torch.float32 for k, v in model.net.state_dict().items())
+
+
+def test_bf16_cast_that_moves_the_probe_scores_falls_back_to_the_exact_fp32_weights(model: Reranker, caplog) -> None:
+    import copy
+
+    from jingpai.reranker.service.model_copy import cast_weights_if_faithful
+
+    own = copy.deepcopy(model)
+    before = {k: v.clone() for k, v in own.net.state_dict().items()}
+    assert cast_weights_if_faithful(own, tolerance=-1.0) is False  # any drift is too much
+    assert all(torch.equal(v, before[k]) for k, v in own.net.state_dict().items())
+    assert "serving fp32 weights under bf16 autocast" in caplog.text
+    assert cast_weights_if_faithful(own) is True
 
 
 def test_cut_long_documents_tokenize_like_whole_ones_when_the_query_is_long(model: Reranker) -> None:

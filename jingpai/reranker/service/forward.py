@@ -33,6 +33,7 @@ class Launched:
     pairs: int
     requests: int
     tokens: int
+    real_tokens: int
     started: float
     record: bool
 
@@ -43,16 +44,18 @@ class ForwardPass:
     Args:
         model: the service's model (already on its device; on a GPU already cast to ``dtype``).
         metrics: where batch sizes, timings and failures are counted.
-        dtype: ``bf16``/``fp16`` run under autocast on a CPU (inputs cast on a GPU); ``fp32``/``int8`` as is.
+        dtype: ``bf16``/``fp16`` run on weights already cast to it (floating inputs cast too), or under
+            autocast where the weights stayed fp32; ``fp32``/``int8`` as is.
     """
 
     def __init__(self, model: Reranker, metrics: ServiceMetrics, *, dtype: ComputeDType) -> None:
         self.model = model
         self.metrics = metrics
         self.autocast_dtype = DTYPES[dtype]
-        # on a GPU the weights themselves are cast once (see model_copy.serving_model): no per-batch cast
-        # kernels, which dominate a launch-bound forward pass of short pairs
-        self.cast_inputs = model.device.type == "cuda" and self.autocast_dtype is not None
+        # where the weights themselves were cast once (a GPU, or a CPU whose probe batch passed; see
+        # model_copy.serving_model) the inputs are cast instead: no per-batch weight casts under autocast
+        weights = next(iter(model.net.parameters()), None) if isinstance(model.net, torch.nn.Module) else None
+        self.cast_inputs = self.autocast_dtype is not None and weights is not None and weights.dtype == self.autocast_dtype
 
     def run(self, pairs: list[Pair], *, requests: int, record: bool = True) -> np.ndarray:
         """Scores of ``pairs``, computed now (featurize, forward, wait for the result)."""
@@ -80,7 +83,11 @@ class ForwardPass:
             raise ScoringError(f"scoring failed: {type(exc).__name__}: {exc}") from exc
         ids = features.get("input_ids")
         tokens = int(ids.numel()) if isinstance(ids, torch.Tensor) else 0
-        return Launched(scores, len(pairs), requests, tokens, t0, record)
+        mask = features.get("attention_mask")
+        # featurize drops an all-ones mask: no mask means no padding
+        has_mask = isinstance(mask, torch.Tensor) and isinstance(ids, torch.Tensor) and mask.shape == ids.shape
+        real = int(mask.sum()) if has_mask else tokens
+        return Launched(scores, len(pairs), requests, tokens, real, t0, record)
 
     def _forward(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
         model = self.model
@@ -123,6 +130,8 @@ class ForwardPass:
         m.batch_requests.observe(launched.requests)
         if launched.tokens:
             m.batch_tokens.observe(launched.tokens)
+            m.padded_tokens.inc(launched.tokens)
+            m.real_tokens.inc(launched.real_tokens)
         # on a GPU this includes the time the batch waited behind the previous one on the device
         m.inference_seconds.observe(time.perf_counter() - launched.started)
 

@@ -24,9 +24,17 @@ class ServiceMetrics:
             "jingpai_rerank_batch_tokens", "padded tokens per forward pass",
             buckets=(64, 256, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072), registry=r,
         )
+        # padding waste = 1 - real / padded (what length bucketing and batch shaping keep small)
+        self.padded_tokens = Counter("jingpai_rerank_padded_tokens", "token positions computed, padding included", registry=r)
+        self.real_tokens = Counter("jingpai_rerank_real_tokens", "token positions that hold a real token", registry=r)
         self.queue_seconds = Histogram("jingpai_rerank_queue_seconds", "time from arrival to the first batch", registry=r)
         self.inference_seconds = Histogram("jingpai_rerank_inference_seconds", "featurize + forward time per batch", registry=r)
 
+
+    def padding_waste(self) -> float | None:
+        """Share of the computed token positions that were padding (``None`` before the first batch)."""
+        padded = self.padded_tokens._value.get()
+        return None if not padded else 1.0 - self.real_tokens._value.get() / padded
 
 
 __all__ = ["ServiceMetrics"]
