@@ -154,8 +154,6 @@ def main() -> None:
 
 def spark_rows(args: argparse.Namespace, engine, dictionary, tmp_path: Path) -> None:  # noqa: ANN001
     """Local path vs ``index --spark`` at 1x and 4x ``--repeat`` (see the module docstring)."""
-    import resource
-
     from bench.common import cpu_flags
     from jingpai.engine.connectors import connector_for, ensure_connector_jars
     from jingpai.indexer.spark_index import choose_writer, index_corpus_spark
@@ -189,8 +187,6 @@ def spark_rows(args: argparse.Namespace, engine, dictionary, tmp_path: Path) -> 
     for name, (one, four) in times.items():
         print(f"{name}: 4x input took {four / one:.2f}x the 1x time (goal <= 4.4x)")
     print(f"goal spark/local at 1x <= 3x: {times['spark'][0] / times['local'][0]:.2f}x; at 4x: {times['spark'][1] / times['local'][1]:.2f}x")
-    peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"largest reaped child process (Spark's JVM or a Python worker) peak RSS: {peak:.0f} MB")
     engine.delete_index("bench-sp-*")
 
 
