@@ -3,6 +3,7 @@ keywords, quarantine bookkeeping) on the same corpus, engine and batch size, in 
 
     python bench/index_throughput.py [--kind opensearch|elasticsearch] [--engine URL] [--repeat 3] [--dict DIR]
                                      [--rounds N] [--breakdown]
+    python bench/index_throughput.py --spark [--master local[2]] [--spark-writer auto|connector|bulk]
 
 Rows:
 
@@ -18,6 +19,11 @@ Rows:
   built (already segmented) into jingpai's mapping the way the raw row does (no client-side work:
   what the extra fields cost the engine), and ``client share`` builds the documents without sending
   them (segmentation, keywords, serialisation: what the client costs).
+
+With ``--spark`` (issue 19): the local path and ``jingpai index --spark`` (``--master``, default
+``local[2]``) on the same corpus at 1× and 4× ``--repeat``, in one run: seconds, docs/s, the Spark/local
+time ratio (goal: ≤ 3× at 1×, closer at 4×; the session's JVM start-up is printed apart and not counted)
+and the 4×/1× time ratio of each path (goal ≤ 4.4×).
 
 Goal (issue 4): jingpai ≥ 0.8× raw bulk docs/s. The machine is often shared, so ``--rounds`` repeats
 both rows and reports the median ratio; CPU seconds (client process / engine JVM when it runs locally)
@@ -73,6 +79,9 @@ def main() -> None:
     ap.add_argument("--dict", type=Path, default=None, help="dictionary dir (default: build one from thucnews titles)")
     ap.add_argument("--rounds", type=int, default=1, help="measure both rows this many times (median ratio)")
     ap.add_argument("--breakdown", action="store_true", help="also time the engine's and the client's shares of jingpai's run")
+    ap.add_argument("--spark", action="store_true", help="compare the local path with index --spark at 1x and 4x")
+    ap.add_argument("--master", default="local[2]", help="with --spark: Spark master")
+    ap.add_argument("--spark-writer", default="auto", choices=["auto", "connector", "bulk"])
     args = ap.parse_args()
 
     from jingpai.keyword_dict import Dictionary, Segmenter
@@ -89,6 +98,9 @@ def main() -> None:
 
             dictionary = thucnews_dictionary(tmp_path / "dict")
         engine = connect(url)
+        if args.spark:
+            spark_rows(args, engine, dictionary, tmp_path)
+            return
         docs = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
         print(f"machine: {machine()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         print(f"engine {engine.kind} {engine.version}; {n} docs, {mb:.1f} MB, batch {args.batch_size}")
@@ -138,6 +150,44 @@ def main() -> None:
                   f"load average now {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         engine.delete_index("bench-raw")
         engine.delete_index("bench-jp-*")
+
+
+def spark_rows(args: argparse.Namespace, engine, dictionary, tmp_path: Path) -> None:  # noqa: ANN001
+    """Local path vs ``index --spark`` at 1x and 4x ``--repeat`` (see the module docstring)."""
+    from bench.common import cpu_flags
+    from jingpai.engine.connectors import connector_for, ensure_connector_jars
+    from jingpai.indexer.spark_index import choose_writer, index_corpus_spark
+    from jingpai.indexer.spark_settings import SparkIndexSettings
+    from jingpai.spark import spark_session
+
+    spark_settings = SparkIndexSettings(master=args.master, writer=args.spark_writer)
+    settings = IndexSettings(index="bench-sp", id_field="id", batch_size=args.batch_size, quarantine_dir=tmp_path, progress=False)
+    writer = choose_writer(engine, settings, spark_settings)
+    print(f"machine: {machine()}; CPU flags: {cpu_flags()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    t0 = time.perf_counter()
+    jars = ensure_connector_jars(connector_for(engine.kind)) if writer == "connector" else []
+    session = spark_session(app_name="bench index", master=args.master, jars=jars)
+    print(f"engine {engine.kind} {engine.version}; spark {session.version} on {args.master}, writer {writer}; "
+          f"session start-up {time.perf_counter() - t0:.1f} s (not counted below)")
+    print(f"{'input':<8}{'docs':>7}{'MB':>6}{'local s':>9}{'docs/s':>8}{'spark s':>9}{'docs/s':>8}{'spark/local':>13}")
+    times: dict[str, list[float]] = {"local": [], "spark": []}
+    for scale in (1, 4):
+        path = tmp_path / f"news-{scale}x.jsonl"
+        n = corpus(args.repeat * scale, path)
+        engine.delete_index("bench-sp-*")
+        local = index_corpus(engine, [path], settings, dictionary=dictionary)
+        engine.delete_index("bench-sp-*")
+        spark = index_corpus_spark(engine, [path], settings, spark_settings, dictionary=dictionary, spark=session)
+        assert local.indexed == spark.indexed == n, (local.summary(), spark.summary())
+        times["local"].append(local.seconds)
+        times["spark"].append(spark.seconds)
+        print(f"{scale}x{'':<6}{n:>7}{path.stat().st_size / 1e6:>6.1f}{local.seconds:>9.2f}{local.docs_per_s:>8.0f}"
+              f"{spark.seconds:>9.2f}{spark.docs_per_s:>8.0f}{spark.seconds / local.seconds:>12.2f}x")
+    session.stop()
+    for name, (one, four) in times.items():
+        print(f"{name}: 4x input took {four / one:.2f}x the 1x time (goal <= 4.4x)")
+    print(f"goal spark/local at 1x <= 3x: {times['spark'][0] / times['local'][0]:.2f}x; at 4x: {times['spark'][1] / times['local'][1]:.2f}x")
+    engine.delete_index("bench-sp-*")
 
 
 if __name__ == "__main__":

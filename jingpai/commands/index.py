@@ -16,6 +16,7 @@ from jingpai.commands.base import JingpaiGroup
 from jingpai.commands.options import Opt, engine_option, settings_from, settings_options
 from jingpai.indexer.settings import IndexSettings
 from jingpai.indexer.readers import FORMATS
+from jingpai.indexer.spark_settings import SparkIndexSettings
 from jingpai.jobs.entity_settings import EntityScoreSettings
 
 logger = logging.getLogger(__name__)
@@ -66,16 +67,36 @@ RUN_OPTIONS: dict[str, Opt] = {
 }
 
 
+#: how SparkIndexSettings' fields look on the command line (with --spark)
+SPARK_OPTIONS: dict[str, Opt] = {
+    "master": Opt(help="With --spark: Spark master URL (default local[*], or the one spark-submit was given)."),
+    "writer": Opt(flag="--spark-writer", help="With --spark: connector = the engine's official Spark connector "
+                  "(needs --id-field); bulk = jingpai's bulk writer in the executors; auto = connector where it can write."),
+    "connector": Opt(flag="--spark-connector", metavar="GROUP:ARTIFACT:VERSION",
+                     help="With --spark: Maven coordinates of the connector (default: the engine's, docs/scale.md)."),
+}
+
+
+def _paths(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[str, ...]:
+    """Local files must exist (click's check) unless --spark, which also reads hdfs://, s3a://, globs."""
+    if ctx.params.get("spark"):
+        return values
+    return tuple(click.Path(exists=True, dir_okay=False, path_type=Path).convert(v, param, ctx) for v in values)
+
+
 @index.command(name="run")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--spark", is_flag=True, is_eager=True, envvar="JINGPAI_INDEX_SPARK",
+              help="Segment, extract keywords and write in Spark executors (pip install 'jingpai[spark]'; docs/scale.md).")
+@click.argument("paths", nargs=-1, required=True, callback=_paths)
 @click.option("--index", "index_name", required=True, envvar="JINGPAI_INDEX_INDEX",
               help="Alias to index into (physical indices are NAME-<dict>-<n>).")
 @engine_option("index")
 @click.option("--dict", "dict_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               envvar="JINGPAI_INDEX_DICT", help="Dictionary directory from `jingpai dict build`.")
 @settings_options("index", IndexSettings, RUN_OPTIONS)
-def run(paths, index_name, engine_url, dict_dir, **values) -> None:
-    """Index PATH… into --index.
+@settings_options("index", SparkIndexSettings, SPARK_OPTIONS)
+def run(spark, paths, index_name, engine_url, dict_dir, **values) -> None:
+    """Index PATH… into --index (with --spark: on Spark; PATH may then be hdfs://, s3a://, a glob).
 
     The alias moves to the new physical index only if it is not empty and at most --max-rejected of the
     records were rejected; otherwise the command exits non-zero and the alias stays (docs/indexing.md).
@@ -83,9 +104,15 @@ def run(paths, index_name, engine_url, dict_dir, **values) -> None:
     from jingpai.indexer.pipeline import BuildCheckError, index_corpus
 
     settings = _checked(lambda: settings_from(IndexSettings, values, RUN_OPTIONS, index=index_name))
+    spark_settings = _checked(lambda: settings_from(SparkIndexSettings, values, SPARK_OPTIONS))
     dictionary = _dictionary(dict_dir)
     try:
-        report = index_corpus(_connect(engine_url), paths, settings, dictionary=dictionary)
+        if spark:
+            from jingpai.indexer.spark_index import index_corpus_spark
+
+            report = index_corpus_spark(_connect(engine_url), paths, settings, spark_settings, dictionary=dictionary)
+        else:
+            report = index_corpus(_connect(engine_url), paths, settings, dictionary=dictionary)
     except BuildCheckError as exc:
         click.echo(exc.report.summary())
         if exc.report.rejected:

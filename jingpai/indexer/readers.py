@@ -99,7 +99,7 @@ def _lines(path: Path, max_record_bytes: int | None = None) -> Iterator[tuple[in
             yield line.number, line.text, line.raw
 
 
-def _oversized(path: Path, number: int, raw: bytes, limit: int) -> BadRecord:
+def _oversized(path: str | Path, number: int, raw: bytes, limit: int) -> BadRecord:
     reason = f"record is {len(raw)} bytes, over the limit of {limit} (--max-record-bytes)"
     try:
         return BadRecord(str(path), number, raw.decode("utf-8"), reason, OVERSIZED)
@@ -107,7 +107,7 @@ def _oversized(path: Path, number: int, raw: bytes, limit: int) -> BadRecord:
         return BadRecord(str(path), number, raw.decode("utf-8", errors="replace"), reason, OVERSIZED, raw)
 
 
-def _undecodable(path: Path, number: int, raw: bytes, exc: UnicodeDecodeError) -> BadRecord:
+def _undecodable(path: str | Path, number: int, raw: bytes, exc: UnicodeDecodeError) -> BadRecord:
     reason = f"{NOT_UTF8}: {exc.reason} (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
     kind = LOOKS_GB18030 if _looks_gb18030(raw) else NOT_UTF8
     return BadRecord(str(path), number, raw.decode("utf-8", errors="replace"), reason, kind, raw)
@@ -130,17 +130,64 @@ def read_jsonl(path: Path, *, max_record_bytes: int | None = None) -> Iterator[S
             assert isinstance(raw, BadRecord)
             yield raw
             continue
-        if not text.strip():
-            continue  # blank lines are layout, not records
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError as exc:
-            yield BadRecord(str(path), number, text, f"malformed JSON: {exc.msg} at column {exc.colno}")
-            continue
-        if not isinstance(value, dict):
-            yield BadRecord(str(path), number, text, f"expected a JSON object, got {type(value).__name__}")
-            continue
-        yield SourceRecord(str(path), number, value, len(raw))
+        record = jsonl_record(str(path), number, text, len(raw))
+        if record is not None:
+            yield record
+
+
+def jsonl_record(source: str, number: int, text: str, size: int) -> SourceRecord | BadRecord | None:
+    """The record of one decoded JSONL line (``None`` for a blank line: layout, not a record)."""
+    if not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return BadRecord(source, number, text, f"malformed JSON: {exc.msg} at column {exc.colno}")
+    if not isinstance(value, dict):
+        return BadRecord(source, number, text, f"expected a JSON object, got {type(value).__name__}")
+    return SourceRecord(source, number, value, size)
+
+
+def delimited_record(
+    source: str, number: int, text: str, size: int, *, header: Sequence[str], delimiter: str,
+) -> SourceRecord | BadRecord | None:
+    """The record of one decoded CSV/TSV data line under ``header`` (``None`` for a blank line)."""
+    if not text.strip():
+        return None
+    if delimiter == "\t":
+        row = text.split("\t")  # TSV corpora carry quotes literally
+    else:
+        row = next(csv.reader(io.StringIO(text), delimiter=delimiter))
+    if len(row) != len(header):
+        return BadRecord(
+            source, number, text, f"expected {len(header)} columns ({', '.join(header)}), found {len(row)}",
+            f"expected {len(header)} columns",
+        )
+    return SourceRecord(source, number, dict(zip(header, row)), size)
+
+
+def decode_line(source: str, number: int, raw: bytes, max_record_bytes: int | None) -> str | BadRecord:
+    """One line's text (its ``\\r\\n`` stripped), or the :class:`BadRecord` of a line that is over
+    ``max_record_bytes`` or not valid UTF-8: what :func:`read_corpus` does per line, for readers that get
+    the lines from elsewhere (the Spark path)."""
+    raw = raw.rstrip(b"\r\n")
+    if max_record_bytes is not None and len(raw) > max_record_bytes:
+        return _oversized(source, number, raw, max_record_bytes)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return _undecodable(source, number, raw, exc)
+
+
+def parse_header(source: str, number: int, text: str, *, delimiter: str, text_fields: Sequence[str] | None) -> list[str]:
+    """The column names of a CSV/TSV header line; :class:`CorpusError` when it is unusable."""
+    row = text.split("\t") if delimiter == "\t" else next(csv.reader(io.StringIO(text), delimiter=delimiter))
+    header = [h.strip() for h in row]
+    if text_fields and not set(text_fields) & set(header):
+        raise CorpusError(_no_text_column(source, number, header, text_fields))
+    if len(set(header)) != len(header) or not all(header):
+        raise CorpusError(f"{source}: line {number} is not a usable header (empty or repeated column names): {header}")
+    return header
 
 
 def read_delimited(
@@ -172,27 +219,15 @@ def read_delimited(
             continue
         if not text.strip():
             continue
-        if delimiter == "\t":
-            row = text.split("\t")  # TSV corpora carry quotes literally
-        else:
-            row = next(csv.reader(io.StringIO(text), delimiter=delimiter))
         if header is None:
-            header = [h.strip() for h in row]
-            if text_fields and not set(text_fields) & set(header):
-                raise CorpusError(_no_text_column(path, number, header, text_fields))
-            if len(set(header)) != len(header) or not all(header):
-                raise CorpusError(f"{path}: line {number} is not a usable header (empty or repeated column names): {header}")
+            header = parse_header(str(path), number, text, delimiter=delimiter, text_fields=text_fields)
             continue
-        if len(row) != len(header):
-            yield BadRecord(
-                str(path), number, text, f"expected {len(header)} columns ({', '.join(header)}), found {len(row)}",
-                f"expected {len(header)} columns",
-            )
-            continue
-        yield SourceRecord(str(path), number, dict(zip(header, row)), len(raw))
+        record = delimited_record(str(path), number, text, len(raw), header=header, delimiter=delimiter)
+        if record is not None:
+            yield record
 
 
-def _no_text_column(path: Path, number: int, header: list[str], text_fields: Sequence[str]) -> str:
+def _no_text_column(path: str | Path, number: int, header: list[str], text_fields: Sequence[str]) -> str:
     shown = ", ".join(h if len(h) <= 20 else h[:20] + "…" for h in header)
     # the widest cell most likely holds the text: name it after the (last, usually the body) text field
     widest = max(range(len(header)), key=lambda i: len(header[i]))
@@ -252,6 +287,10 @@ __all__ = [
     "CorpusError",
     "CorpusFormat",
     "SourceRecord",
+    "decode_line",
+    "delimited_record",
     "detect_format",
+    "jsonl_record",
+    "parse_header",
     "read_corpus",
 ]

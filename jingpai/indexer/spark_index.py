@@ -1,0 +1,215 @@
+"""``jingpai index --spark``: the documents built in Spark executors, written into the same versioned index.
+
+The driver does what :func:`jingpai.indexer.pipeline.index_corpus` does around the writing — the same
+physical index choice, mapping, build settings, quarantine file, :func:`~jingpai.indexer.checks.check_build`
+and alias swap (``pipeline._finish``) — and Spark does the rest: reading the input
+(:mod:`jingpai.indexer.spark_input`), segmentation, keywords and keyword weights in the executors with
+the dictionary broadcast once (:mod:`jingpai.indexer.spark_build`), and the writing, with one of two writers:
+
+- ``connector``: the engine's official Spark connector (:mod:`jingpai.engine.connectors`) through its
+  Hadoop OutputFormat, ids from ``--id-field``. Documents the engine rejects are written by the
+  connector's own error handler into a side index ``<physical>-rejected-<run>``, which the driver reads
+  back into the quarantine file (with each record's file and line) and deletes; the index's count is
+  then checked against the documents sent, so nothing is dropped silently.
+- ``bulk``: each executor writes its partition with :class:`~jingpai.indexer.bulk.BulkWriter`, exactly
+  the local path's writer (retries, quarantine of rejected documents, refusals stop the run).
+
+A failed job raises before ``_finish``: the alias never moves to a partly written index, and a re-run
+writes the same ids into the same physical index. See ``docs/scale.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from jingpai.engine.client import Engine
+from jingpai.errors import UserError
+from jingpai.indexer.bulk import EngineRefusedError, EngineUnreachableError, IndexingError
+from jingpai.indexer.mapping import IndexMeta, engine_encodings
+from jingpai.indexer.pipeline import IndexReport, Target, _finish, _prepare_index
+from jingpai.indexer.quarantine import Quarantine
+from jingpai.indexer.settings import IndexSettings
+from jingpai.indexer.spark_build import BulkPartition, PartitionJob
+from jingpai.indexer.spark_input import list_files, number_blocks, read_lines
+from jingpai.indexer.spark_settings import SparkIndexSettings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from jingpai.keyword_dict import Dictionary
+
+logger = logging.getLogger(__name__)
+
+
+class ConnectorUnusableError(UserError, ValueError):
+    """``--spark-writer connector`` was asked for where the connector cannot write (the message says why)."""
+
+
+def connector_obstacle(engine: Engine, settings: IndexSettings) -> str | None:
+    """Why the official connector cannot write this run (``None``: it can)."""
+    if settings.id_field is None:
+        return (
+            "the connectors take the document id from a field of the JSON document and cannot leave a helper "
+            "field out of JSON input, so the content-hash ids need --id-field (or --spark-writer bulk)"
+        )
+    if engine.kind == "elasticsearch":
+        import httpx
+
+        try:
+            status = httpx.get(engine.url + "/", timeout=10.0).status_code
+        except httpx.HTTPError as exc:
+            return f"GET {engine.url}/ failed ({exc}), and the Elasticsearch connector starts every task with it"
+        if status != 200:
+            return (
+                f"GET {engine.url}/ answers HTTP {status}: this Elasticsearch has no rest-root module (its integ-test "
+                "distribution, as `jingpai engine up` runs, ships without it), and the Elasticsearch connector calls "
+                "GET / in every task to check the cluster; use --spark-writer bulk"
+            )
+    return None
+
+
+def choose_writer(engine: Engine, settings: IndexSettings, spark_settings: SparkIndexSettings) -> str:
+    """``connector`` or ``bulk`` for this run; :class:`ConnectorUnusableError` when the connector was asked for
+    but cannot write, a logged fallback to ``bulk`` under ``auto``."""
+    if spark_settings.writer == "bulk":
+        return "bulk"
+    obstacle = connector_obstacle(engine, settings)
+    if obstacle is None:
+        return "connector"
+    if spark_settings.writer == "connector":
+        raise ConnectorUnusableError(f"--spark-writer connector cannot write to {engine.kind} at {engine.url}: {obstacle}")
+    logger.warning("--spark-writer auto: writing with jingpai's bulk writer in the executors, not the connector: %s", obstacle)
+    return "bulk"
+
+
+def index_corpus_spark(
+    engine: Engine,
+    paths: Sequence[str | Path],
+    settings: IndexSettings,
+    spark_settings: SparkIndexSettings,
+    *,
+    dictionary: Dictionary | None = None,
+    spark: SparkSession | None = None,
+) -> IndexReport:
+    """:func:`~jingpai.indexer.pipeline.index_corpus` with Spark doing the reading, building and writing.
+
+    Args:
+        engine: target cluster.
+        paths: corpus files, globs or directories, local or anything Spark reads (``hdfs://``, ``s3a://``).
+        settings: the run's options (as for the local path).
+        spark_settings: master, writer, connector.
+        dictionary: keyword dictionary (``None``: the segmenter's own, no keywords).
+        spark: a running session (``None``: one is started on ``spark_settings.master``, with the connector's
+            jars when the connector writes, and stopped afterwards).
+
+    Returns:
+        The run's :class:`IndexReport`; the alias points at the physical index when it returns.
+
+    Raises:
+        CorpusError, BuildCheckError, EngineRefusedError, EngineUnreachableError, IndexingError: as
+            :func:`~jingpai.indexer.pipeline.index_corpus`.
+        ConnectorUnusableError: ``--spark-writer connector`` where the connector cannot write.
+        SparkUnavailable: PySpark or Java is missing.
+    """
+    started = time.perf_counter()
+    writer = choose_writer(engine, settings, spark_settings)
+    own = spark is None
+    session = spark if spark is not None else _session(engine, spark_settings, writer)
+    try:
+        return _run(engine, [str(p) for p in paths], settings, spark_settings, dictionary, session, writer, started)
+    finally:
+        if own:
+            session.stop()
+
+
+def _session(engine: Engine, spark_settings: SparkIndexSettings, writer: str) -> SparkSession:
+    from jingpai.engine.connectors import connector_for, ensure_connector_jars
+    from jingpai.spark import spark_session
+
+    jars = ensure_connector_jars(connector_for(engine.kind, spark_settings.connector)) if writer == "connector" else []
+    return spark_session(app_name="jingpai index", master=spark_settings.master, jars=jars)
+
+
+# long: the driver's whole run in one place, as index_corpus has it
+def _run(
+    engine: Engine, paths: list[str], settings: IndexSettings, spark_settings: SparkIndexSettings,
+    dictionary: Dictionary | None, spark: SparkSession, writer: str, started: float,
+) -> IndexReport:
+    files = list_files(spark, paths, settings)
+    lines = read_lines(spark, files)
+    starts, files = number_blocks(lines, files, settings)  # CorpusError for a bad header: nothing written yet
+    dict_version = dictionary.version if dictionary is not None else None
+    weight_enc, entity_enc = engine_encodings(engine)
+    meta = IndexMeta(
+        text_fields=tuple(settings.text_fields), dict_version=dict_version, weight_encoding=weight_enc,
+        entity_encoding=entity_enc, id_field=settings.id_field,
+    )
+    target = Target.choose(engine, settings, dict_version)
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+    quarantine = Quarantine(Path(settings.quarantine_dir) / f"{settings.index}.rejected.jsonl", run_id=run_id)
+    report = IndexReport(alias=settings.index, physical_index=target.physical, quarantine_file=quarantine.path, run_id=run_id)
+    broadcast = spark.sparkContext.broadcast(dictionary) if dictionary is not None else None
+    job = PartitionJob(run_id, settings, meta, {f.source: f for f in files}, starts, broadcast)
+    try:
+        restore = _prepare_index(engine, target, meta, settings)
+        logger.info("spark: %s writer, %d files, %d partitions → %s", writer, len(files), lines.getNumPartitions(), target.physical)
+        if writer == "bulk":
+            partition = BulkPartition(job, engine.url, target.physical, tuple(target.live_before))
+            _spark_errors(lambda: _collect_bulk(lines.mapPartitions(partition), quarantine, report))
+        else:
+            from jingpai.indexer.spark_connector import write_with_connector
+
+            _spark_errors(lambda: write_with_connector(engine, spark_settings, lines.mapPartitions(job.build), target,
+                                                       settings, quarantine, report))
+    finally:
+        quarantine.close()
+        report.rejected = quarantine.count
+        report.reasons = dict(quarantine.reasons)
+        report.first_lines = {k: list(v) for k, v in quarantine.first_lines.items()}
+        if broadcast is not None:
+            broadcast.unpersist()
+    _finish(engine, target, report, settings, restore=restore, dict_version=dict_version, started=started)
+    return report
+
+
+def _collect_bulk(rows, quarantine: Quarantine, report: IndexReport) -> None:  # noqa: ANN001 - an RDD
+    for row in rows.toLocalIterator():
+        if row[0] == "bad":
+            quarantine.add_entry(row[1], kind=row[2])
+        else:
+            report.read += row[1]
+            report.indexed += row[2]
+
+
+_JINGPAI_ERROR = re.compile(r"jingpai\.[\w.]+\.(\w+Error): (.+)")
+_ERRORS = {"EngineRefusedError": EngineRefusedError, "EngineUnreachableError": EngineUnreachableError}
+
+
+def _spark_errors(action) -> None:  # noqa: ANN001 - a callable
+    """Run ``action``; a failed Spark job becomes the jingpai error an executor raised (its message), or
+    :class:`IndexingError` with the job's own last line."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    try:
+        action()
+    except (Py4JJavaError, PySparkException) as exc:
+        text = str(exc)
+        found = _JINGPAI_ERROR.findall(text)
+        if found:
+            name, message = found[-1]
+            raise _ERRORS.get(name, IndexingError)(message) from exc
+        causes = [ln.strip().removeprefix("Caused by: ") for ln in text.splitlines() if ln.startswith("Caused by: ")]
+        last = (causes[-1] if causes else text.strip().splitlines()[0])[:400]
+        raise IndexingError(
+            f"the Spark job failed: {last}. The alias was not moved; re-run the same command to resume"
+        ) from exc
+
+
+__all__ = ["ConnectorUnusableError", "choose_writer", "connector_obstacle", "index_corpus_spark"]
