@@ -128,7 +128,8 @@ def gateway(ctx: click.Context, config: Path | None, ui: bool, **values: Any) ->
         + (f", UI at http://{settings.host}:{settings.port}/_jingpai/ui/" if ui else ""),
         err=True,
     )
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", http=app.state.http_protocol)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning", access_log=False,
+                http=app.state.http_protocol)
 
 
 __all__ = ["SPEC", "build_settings", "gateway", "setting_hint"]

@@ -124,13 +124,15 @@ def create_app(settings: GatewaySettings, *, routes: Sequence[BaseRoute] = ()) -
         return lambda endpoint: gateway.metrics.observed(kind, guarded(endpoint, expose_internals=settings.expose_internals))
 
     search, msearch = route("search"), route("msearch")
+    # the search routes first: Starlette tries routes in order on every request, and searches are the
+    # traffic (no admin or UI path ends in _search or _msearch)
     app = Starlette(routes=[
+        Route("/{index}/_search", search(gateway.search), methods=["GET", "POST"]),
+        Route("/_search", search(gateway.search), methods=["GET", "POST"]),
+        Route("/{index}/_msearch", msearch(gateway.msearch), methods=["GET", "POST"]),
+        Route("/_msearch", msearch(gateway.msearch), methods=["GET", "POST"]),
         *routes,
         *admin_routes(gateway, route("jingpai")),
-        Route("/_search", search(gateway.search), methods=["GET", "POST"]),
-        Route("/_msearch", msearch(gateway.msearch), methods=["GET", "POST"]),
-        Route("/{index}/_search", search(gateway.search), methods=["GET", "POST"]),
-        Route("/{index}/_msearch", msearch(gateway.msearch), methods=["GET", "POST"]),
         Route("/{path:path}", route("passthrough")(gateway.passthrough), methods=ALL_METHODS),
     ], lifespan=lifespan, exception_handlers={HTTPException: _http_exception})
     app.state.gateway = gateway

@@ -25,7 +25,7 @@ import functools
 import time
 import typing
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Literal
+from typing import Any, Literal
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -104,6 +104,9 @@ class GatewayMetrics:
                                         buckets=LATENCY_BUCKETS, registry=r)
         self.rerank_seconds = Histogram("jingpai_gateway_rerank_seconds", "Reranker call latency: ok or the fail-open reason",
                                         ["outcome"], buckets=LATENCY_BUCKETS, registry=r)
+        #: labelled children by (metric name, labels): ``labels()`` validates and locks on every call, which
+        #: is a measurable share of a pass-through search's CPU
+        self._children: dict[tuple[str, tuple[str, ...]], Any] = {}
         # every known label value from the start: a rate over a series that appears late misses its first sample
         for kind in ENDPOINT_KINDS:
             for status in STATUS_CLASSES:
@@ -112,6 +115,13 @@ class GatewayMetrics:
             self.searches.labels(outcome)
         for outcome in AUGMENT_OUTCOMES:
             self.augments.labels(outcome)
+
+    def _child(self, metric: Counter | Histogram, *labels: str) -> Any:
+        key = (metric._name, labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
 
     def watch(self, *, breaker: CircuitBreaker | None, dictionaries: DictionaryStore) -> None:
         """Expose the breaker's state and the loaded dictionaries (read at each scrape)."""
@@ -124,26 +134,26 @@ class GatewayMetrics:
         async def answer(request: Request) -> Response:
             started = time.perf_counter()
             response = await endpoint(request)
-            self.requests.labels(kind, f"{response.status_code // 100}xx").inc()
-            self.request_seconds.labels(kind).observe(time.perf_counter() - started)
+            self._child(self.requests, kind, f"{response.status_code // 100}xx").inc()
+            self._child(self.request_seconds, kind).observe(time.perf_counter() - started)
             return response
 
         return answer
 
     def engine_hop(self, hop: str, seconds: float) -> None:
-        self.engine_seconds.labels(hop).observe(seconds)
+        self._child(self.engine_seconds, hop).observe(seconds)
 
     def rerank_call(self, outcome: str, seconds: float) -> None:
         self.rerank_seconds.labels(outcome).observe(seconds)
 
     def search_answered(self, plan: SearchPlan, reason: str | None) -> None:
         """One search answered with a ``jingpai`` object whose ``reason`` is ``reason`` (``None``: reranked)."""
-        self.searches.labels("reranked" if reason is None else reason).inc()
+        self._child(self.searches, "reranked" if reason is None else reason).inc()
         if plan.rewrite and plan.rewrite.augmented:
             outcome = "augmented"
         else:  # not_augmented: a jingpai index's query the dictionary and segmenter found nothing to add to
             outcome = plan.augment_reason or ("disabled" if plan.mode == "off" else "not_augmented")
-        self.augments.labels(outcome).inc()
+        self._child(self.augments, outcome).inc()
 
     def exposition(self, request: Request) -> Response:
         """The registry in the format the scraper accepts (Prometheus text, or OpenMetrics when asked for)."""

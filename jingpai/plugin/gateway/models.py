@@ -78,13 +78,16 @@ def take_mode(params: dict[str, str]) -> str | None:
     return mode
 
 
-def take_fusion(params: dict[str, str]) -> FusionParams:
-    """Pop and validate the ``?jingpai_fusion…`` URL parameters (they never reach the engine).
+def take_fusion(params: dict[str, str]) -> FusionParams | None:
+    """Pop and validate the ``?jingpai_fusion…`` URL parameters (they never reach the engine); ``None`` when
+    there are none (the common case: no model to validate per request).
 
     Raises:
         BadGatewayRequest: a bad value; the message names the parameter and the valid values.
     """
     given = {field: params.pop(name) for name, field in FUSION_URL_PARAMS.items() if name in params}
+    if not given:
+        return None
     try:
         return FusionParams.model_validate(given)
     except ValidationError as exc:
