@@ -92,9 +92,10 @@ def check_file(path: Path, what: str) -> None:
         )
 
 
-def _not_decodable(path: Path, encoding: str, bad: list[int], lines: int, sample: bytes) -> str:
-    """The error for a file in another encoding than ``encoding``, with a guess if the text reads as GB18030."""
-    where = f"{path}:{bad[0]}: not {encoding_label(encoding)}: {len(bad)} of {lines} non-blank lines cannot be decoded"
+def not_decodable(path: object, encoding: str, first: int, bad: int, lines: int, sample: bytes) -> str:
+    """The error for a file in another encoding than ``encoding`` (``bad`` of its ``lines`` non-blank lines
+    undecodable, the ``first`` one ``sample``), with a guess if the text reads as GB18030."""
+    where = f"{path}:{first}: not {encoding_label(encoding)}: {bad} of {lines} non-blank lines cannot be decoded"
     # GBK/GB18030 is by far the most common legacy encoding of Chinese corpora; a trial decode that
     # yields Han text is a safe guess, where a general detector is unreliable on one short line
     try:
@@ -133,7 +134,7 @@ def _lines(path: Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
             bad.append(line.number)
             sample = sample or line.raw
     if len(bad) > MAX_UNDECODABLE_SHARE * lines:
-        raise CorpusReadError(_not_decodable(path, encoding, bad, lines, sample))
+        raise CorpusReadError(not_decodable(path, encoding, bad[0], len(bad), lines, sample))
     if bad:
         shown = ", ".join(map(str, bad[:10])) + (" …" if len(bad) > 10 else "")
         logger.warning("%s: skipped %d line(s) that are not valid %s: line %s", path, len(bad), encoding_label(encoding), shown)
@@ -306,6 +307,7 @@ __all__ = [
     "json_document",
     "label_names",
     "labelled_row",
+    "not_decodable",
     "read_documents",
     "read_labelled",
     "swapped_columns_error",

@@ -46,7 +46,8 @@ def build_dictionary_spark(
     text_fields: Sequence[str] = ("text",),
     encoding: str = "utf-8",
     settings: BuildSettings | None = None,
-) -> tuple[Dictionary, dict[str, list[str]]]:
+    origins: dict[str, list[str]] | None = None,
+) -> Dictionary:
     """Build a dictionary from ``sources`` with Spark: the result of :func:`build_dictionary` on the same corpora.
 
     Args:
@@ -56,9 +57,10 @@ def build_dictionary_spark(
         text_fields: JSONL text fields.
         encoding: the corpora's encoding.
         settings: parameters (defaults: :class:`BuildSettings`).
+        origins: filled with ``{domain: inputs it was read from}`` once they are read (for error messages).
 
     Returns:
-        The dictionary and ``{domain: inputs it was read from}`` (for error messages).
+        The dictionary.
 
     Raises:
         CorpusReadError: a corpus the local readers would refuse, with the same message.
@@ -66,8 +68,10 @@ def build_dictionary_spark(
     """
     s = settings or BuildSettings()
     corpora = read_corpora(session, sources, spec=spec or LabelledSpec(), text_fields=text_fields, encoding=encoding)
+    if origins is not None:
+        origins.update(corpora.origins)
     try:
-        return _build(session.sparkContext, corpora, s), corpora.origins
+        return _build(session.sparkContext, corpora, s)
     finally:
         corpora.parsed.unpersist()
 
@@ -82,7 +86,7 @@ def _build(sc, corpora: Corpora, s: BuildSettings) -> Dictionary:
     # several times faster than tables keyed by n-gram); larger ones are sharded by n-gram key
     whole = [n for n in names if sizes[n][1] < s.discovery.chunk_chars]
     sharded = [n for n in names if n not in whole]
-    found = _whole_domains(docs, whole, s) if whole else {}
+    found = _whole_domains(docs, whole, [sizes[n][1] for n in whole], s) if whole else {}
     if sharded:
         found.update(_sharded_domains(docs, sharded, s))
     per_domain = [found[n] for n in names]
@@ -94,10 +98,14 @@ def _build(sc, corpora: Corpora, s: BuildSettings) -> Dictionary:
     return score_candidates(names, vocabulary, candidates, [counted[c] for c in corpora_order], has_background, freqs, stats, s)
 
 
-def _whole_domains(docs: RDD, names: list[str], s: BuildSettings) -> dict[str, tuple[dict[str, int], Counter[str]]]:
-    """:func:`~jingpai.keyword_dict.build.domain_candidates` of each domain in ``names``, one task per domain."""
-    task = {name: i for i, name in enumerate(names)}
-    grouped = docs.filter(lambda r: r[0] in task).partitionBy(len(names), lambda name: task[name])
+def _whole_domains(docs: RDD, names: list[str], chars: list[int], s: BuildSettings) -> dict[str, tuple[dict[str, int], Counter[str]]]:
+    """:func:`~jingpai.keyword_dict.build.domain_candidates` of each domain in ``names`` (of ``chars``
+    characters), each counted whole in one partition: as many partitions as the default parallelism,
+    domains dealt out largest first (each task then costs a Python worker round trip, not a domain)."""
+    parts = min(len(names), docs.context.defaultParallelism)
+    by_size = sorted(range(len(names)), key=lambda i: -chars[i])
+    task = {names[i]: rank % parts for rank, i in enumerate(by_size)}
+    grouped = docs.filter(lambda r: r[0] in task).partitionBy(parts, lambda name: task[name])
     per_task = grouped.mapPartitions(lambda rows: _candidates_of(rows, s))
     return dict(per_task.collect())
 

@@ -33,6 +33,7 @@ from jingpai.keyword_dict.corpus import (
     json_document,
     label_names,
     labelled_row,
+    not_decodable,
     swapped_columns_error,
 )
 
@@ -60,6 +61,11 @@ class Source:
     domain: str = BACKGROUND
 
 
+def spark_only(path: str) -> bool:
+    """Whether only Spark's reader can read ``path``: a URI (``hdfs://…``, ``s3a://…``) or a glob that is no file."""
+    return bool(_URI.match(path) or (_GLOB.search(path) and not Path(path).exists()))
+
+
 def spark_path(path: str, what: str) -> tuple[str, bool]:
     """``(path for Spark's reader, whether it is one file)``; a local file is checked like the local
     readers check it (:func:`~jingpai.keyword_dict.corpus.check_file`)."""
@@ -78,7 +84,7 @@ class _Summary:
 
     #: (source, domain) → [documents, characters, longest, first position]
     docs: dict = field(default_factory=dict)
-    #: source → non-blank lines; source → [undecodable lines, first position]
+    #: source → non-blank lines; source → [undecodable lines, first position, its bytes]
     lines: dict = field(default_factory=dict)
     bad: dict = field(default_factory=dict)
     #: source → (position, label, text) of its first labelled row
@@ -95,10 +101,11 @@ class _Summary:
             mine[3] = min(mine[3], pos)
         for src, n in other.lines.items():
             self.lines[src] = self.lines.get(src, 0) + n
-        for src, (n, pos) in other.bad.items():
-            mine = self.bad.setdefault(src, [0, pos])
+        for src, (n, pos, sample) in other.bad.items():
+            mine = self.bad.setdefault(src, [0, pos, sample])
             mine[0] += n
-            mine[1] = min(mine[1], pos)
+            if pos < mine[1]:
+                mine[1:] = [pos, sample]
         for src, row in other.first.items():
             if src not in self.first or row[0] < self.first[src][0]:
                 self.first[src] = row
@@ -117,7 +124,7 @@ def _parse(part: int, rows: Iterator, *, src: int, source: Source, spec: Labelle
         try:
             line = bytes(raw).decode(encoding)
         except UnicodeDecodeError:
-            summary.bad.setdefault(src, [0, (part, i)])[0] += 1
+            summary.bad.setdefault(src, [0, (part, i), bytes(raw)])[0] += 1
             continue
         try:
             if source.kind == "labelled":
@@ -211,13 +218,12 @@ def _raise_errors(summary: _Summary, sources: Sequence[Source], raw: list, encod
     if summary.error is not None:
         src, position, message = summary.error
         raise CorpusReadError(message.replace(_WHERE, _where(sources[src], raw[src], position)))
-    for src, (bad, position) in sorted(summary.bad.items()):
+    for src, (bad, position, sample) in sorted(summary.bad.items()):
         lines, where = summary.lines.get(src, 0), _where(sources[src], raw[src], position)
         if bad > MAX_UNDECODABLE_SHARE * lines:
-            raise CorpusReadError(
-                f"{where}: not {encoding_label(encoding)}: {bad} of {lines} non-blank lines cannot be decoded; convert it "
-                f"to UTF-8 with `iconv -f ENCODING -t UTF-8 {sources[src].path}` or pass --encoding ENCODING"
-            )
+            # for a glob, the line counts through the matched files
+            number = _line_number(raw[src], position)
+            raise CorpusReadError(not_decodable(sources[src].path, encoding, number, bad, lines, sample))
         logger.warning("%s: skipped %d line(s) that are not valid %s, the first at %s", sources[src].path, bad, encoding_label(encoding), where)
     for src, source in enumerate(sources):
         if not any(key[0] == src for key in summary.docs):
@@ -256,4 +262,4 @@ def _sizes(summary: _Summary, sources: Sequence[Source], dropped: set) -> tuple[
     return {d: tuple(v) for d, v in sizes.items()}, origins
 
 
-__all__ = ["BACKGROUND", "Corpora", "Source", "read_corpora", "spark_path"]
+__all__ = ["BACKGROUND", "Corpora", "Source", "read_corpora", "spark_only", "spark_path"]
