@@ -178,8 +178,7 @@ def read_corpora(session: SparkSession, sources: Sequence[Source], *, spec: Labe
     for src, source in enumerate(sources):
         what = "labelled corpus" if source.kind == "labelled" else "corpus file"
         uri, _ = spark_path(source.path, what)
-        # the bytes of each line (a cast, not a decode), so that the encoding and bad lines are ours to handle
-        lines = session.read.text(uri).selectExpr("CAST(value AS BINARY)").rdd
+        lines = _lines(session, uri, f"{what} {source.path}")
         raw.append(lines)
         parse = _parser(src, source, spec, names, fields, encoding)
         parsed.append(lines.mapPartitionsWithIndex(parse))
@@ -188,6 +187,17 @@ def read_corpora(session: SparkSession, sources: Sequence[Source], *, spec: Labe
     _raise_errors(summary, sources, raw, encoding)
     dropped = _header_rows(summary, sources, raw, spec)
     return Corpora(records, *_sizes(summary, sources, dropped), frozenset(dropped))
+
+
+def _lines(session: SparkSession, uri: str, what: str) -> RDD:
+    """The bytes of each line of ``uri`` (a cast, not a decode: the encoding and bad lines are ours to handle)."""
+    from pyspark.errors import PySparkException
+
+    try:
+        return session.read.text(uri).selectExpr("CAST(value AS BINARY)").rdd
+    except PySparkException as exc:  # a path or glob with nothing there, an unknown file system or host
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CorpusReadError(f"{what} cannot be read by Spark: {first}") from exc
 
 
 def _parser(src: int, source: Source, spec: LabelledSpec, names, fields, encoding: str):

@@ -138,6 +138,9 @@ def test_bad_records_are_the_local_errors(session, domain_files: dict[str, Path]
     local = _error(lambda: read_labelled(tsv))
     assert f"{tsv}:{len(good) - 4}: expected at least 2 tab-separated columns" in local
     assert _error(lambda: _spark(session, [Source("labelled", str(tsv))])) == local
+    nothing = str(tmp_path / "nothing-*.txt")
+    assert _error(lambda: _spark(session, [Source("domain", nothing, "sports")])).startswith(
+        f"corpus file {nothing} cannot be read by Spark: [PATH_NOT_FOUND] Path does not exist")
     gbk = tmp_path / "gbk.txt"
     gbk.write_bytes("\n".join(good[:50]).encode("gb18030"))
     local = _error(lambda: list(read_documents(gbk)))
@@ -147,7 +150,9 @@ def test_bad_records_are_the_local_errors(session, domain_files: dict[str, Path]
 
 @pytest.mark.spark
 def test_cli_spark_build_and_local_only_paths(session, domain_files: dict[str, Path], tmp_path: Path) -> None:
+    # a background corpus as every domain's anti-domain
     args = [a for name in ("finance", "sports") for a in ("--domain", f"{name}={domain_files[name]}")]
+    args += ["--background", str(domain_files["game"])]
     runner = CliRunner()
     local = runner.invoke(cli, ["dict", "build", *args, "--out", str(tmp_path / "local")])
     assert local.exit_code == 0, local.output
@@ -156,6 +161,8 @@ def test_cli_spark_build_and_local_only_paths(session, domain_files: dict[str, P
     assert spark.exit_code == 0, spark.output
     assert "building with Spark on local[2]" in spark.output
     assert (tmp_path / "local/dictionary.tsv").read_bytes() == (tmp_path / "spark/dictionary.tsv").read_bytes()
+    stats = [json.loads((tmp_path / side / "meta.json").read_text())["stats"] for side in ("local", "spark")]
+    assert stats[0] == stats[1] and stats[0]["background_docs"] == len(list(read_documents(domain_files["game"])))
     remote = runner.invoke(cli, ["dict", "build", "--labelled", "hdfs://namenode/corpora/*.tsv", "--out", str(tmp_path / "x")])
     assert remote.exit_code == 2 and "hdfs://namenode/corpora/*.tsv is read by Spark only: add --spark" in remote.output
 
