@@ -1,8 +1,9 @@
 """``jingpai dict build|show|diff``.
 
 The build's thresholds are generated from :class:`~jingpai.keyword_dict.build.BuildSettings`,
-:class:`~jingpai.keyword_dict.discovery.DiscoverySettings` and
-:class:`~jingpai.keyword_dict.corpus.LabelledSpec` (defaults live there); jingpai's errors (unreadable
+:class:`~jingpai.keyword_dict.discovery.DiscoverySettings`,
+:class:`~jingpai.keyword_dict.corpus.LabelledSpec` and :class:`~jingpai.keyword_dict.settings.SparkBuildSettings`
+(defaults live there); ``--spark`` runs the same build as Spark jobs (docs/scale.md); jingpai's errors (unreadable
 corpus, bad dictionary) end as one ``Error: …`` line through :class:`~jingpai.commands.base.JingpaiGroup`.
 """
 
@@ -15,17 +16,36 @@ import click
 
 from jingpai.commands.base import JingpaiGroup
 from jingpai.commands.options import Opt, settings_from, settings_options
-from jingpai.keyword_dict.settings import BuildSettings, DiscoverySettings
+from jingpai.keyword_dict.settings import BuildSettings, DiscoverySettings, SparkBuildSettings
 from jingpai.keyword_dict.corpus import LabelledSpec, read_documents, read_labelled
+from jingpai.keyword_dict.spark_corpus import spark_only
 
 logger = logging.getLogger(__name__)
 
 
-def _parse_domain(value: str) -> tuple[str, Path]:
+def _parse_domain(value: str) -> tuple[str, Path | str]:
     name, sep, path = value.partition("=")
     if not sep or not name.strip() or not path.strip():
         raise click.BadParameter(f"expected NAME=PATH, got {value!r}", param_hint="--domain")
-    return name.strip(), Path(path.strip())
+    path = path.strip()
+    return name.strip(), path if spark_only(path) else Path(path)
+
+
+class _CorpusFile(click.ParamType):
+    """An existing local file, or (read by ``--spark`` only) a URI or glob Spark reads, kept as text."""
+
+    name = "path"
+
+    def convert(self, value, param, ctx):  # noqa: ANN001, ANN201 - click's signature
+        if isinstance(value, str) and spark_only(value):
+            return value
+        return click.Path(exists=True, dir_okay=False, path_type=Path).convert(value, param, ctx)
+
+
+def _local_only(paths) -> None:  # noqa: ANN001 - paths and URIs
+    remote = [str(p) for p in paths if isinstance(p, str)]
+    if remote:
+        raise click.UsageError(f"{remote[0]} is read by Spark only: add --spark (local builds read local files)")
 
 
 @click.group(name="dict", cls=JingpaiGroup)
@@ -47,6 +67,10 @@ DISCOVERY_OPTIONS: dict[str, Opt] = {
     "min_pmi": Opt(help="Minimum PMI of the weakest split."),
     "min_entropy": Opt(help="Minimum left and right neighbour entropy."),
 }
+SPARK_OPTIONS: dict[str, Opt] = {
+    "spark": Opt(help="Run the build as Spark jobs (same dictionary; needs jingpai[spark] and Java 17; see docs/scale.md)."),
+    "master": Opt(help="Spark master URL for --spark: local[N], spark://HOST:7077, yarn, k8s://… [default: local[*], or spark-submit's --master]."),
+}
 BUILD_OPTIONS: dict[str, Opt] = {
     "known_words": Opt(flag="--known-words/--no-known-words", help="Also score the segmenter's own words."),
     "smoothing": Opt(type=click.FloatRange(min=0, min_open=True), help="λ in diff-idf."),
@@ -57,55 +81,75 @@ BUILD_OPTIONS: dict[str, Opt] = {
 
 
 @dict_group.command()
-@click.option("--domain", "domain_specs", multiple=True, metavar="NAME=PATH", help="A domain corpus (JSONL or one document per line); repeatable.")
-@click.option("--labelled", "labelled", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path), help="TSV file whose rows carry a domain label; repeatable.")
+@click.option("--domain", "domain_specs", multiple=True, metavar="NAME=PATH", help="A domain corpus (JSONL or one document per line); repeatable. With --spark, PATH may be an hdfs://, s3a:// … URI or a glob.")
+@click.option("--labelled", "labelled", multiple=True, type=_CorpusFile(), help="TSV file whose rows carry a domain label; repeatable (a URI or glob with --spark).")
 @settings_options("dict_build", LabelledSpec, LABELLED_OPTIONS)
 @click.option("--encoding", default="utf-8", show_default=True, help="Encoding of every corpus file (e.g. gb18030 for GBK text).")
 @click.option("--text-field", "text_fields", default="text", show_default=True, help="JSONL text field(s), comma-separated.")
-@click.option("--background", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None, help="Anti-domain corpus (default: the other domains).")
+@click.option("--background", type=_CorpusFile(), default=None, help="Anti-domain corpus (default: the other domains).")
 @settings_options("dict_build", DiscoverySettings, DISCOVERY_OPTIONS)
 @settings_options("dict_build", BuildSettings, BUILD_OPTIONS)
+@settings_options("dict_build", SparkBuildSettings, SPARK_OPTIONS)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), help="Dictionary directory to write.")
 def build(domain_specs, labelled, encoding, text_fields, background, out_dir, **values) -> None:
     """Build a dictionary from domain corpora and write it to --out."""
-    from jingpai.keyword_dict import BuildError, build_dictionary
+    from jingpai.keyword_dict import BuildError
 
     fields = tuple(f.strip() for f in text_fields.split(",") if f.strip())
     try:
         settings = settings_from(BuildSettings, values, BUILD_OPTIONS, discovery=settings_from(DiscoverySettings, values, DISCOVERY_OPTIONS))
         spec = settings_from(LabelledSpec, values, LABELLED_OPTIONS)
-        domains, sources = _read_domains(domain_specs, labelled, spec, fields=fields, encoding=encoding)
-        bg = list(read_documents(background, text_fields=fields, encoding=encoding)) if background else None
-    except ValueError as exc:  # settings checks and an unusable --encoding (corpus errors are JingpaiErrors)
-        raise click.ClickException(str(exc)) from exc
-    click.echo(f"building from {len(domains)} domains ({sum(map(len, domains.values()))} documents) …", err=True)
-    try:
-        dictionary = build_dictionary(domains, background=bg, settings=settings)
+        where = settings_from(SparkBuildSettings, values, SPARK_OPTIONS)
+        specs = [_parse_domain(value) for value in domain_specs]
+        if not specs and not labelled:
+            raise click.UsageError("give domain corpora with --domain NAME=PATH and/or --labelled FILE")
+        inputs = dict(specs=specs, labelled=labelled, background=background, spec=spec, fields=fields, encoding=encoding)
+        run = _build_spark if where.spark else _build_local
+        sources: dict[str, list] = {}  # where each domain's documents came from, for error messages
+        dictionary = run(**inputs, sources=sources, settings=settings, master=where.master)
     except BuildError as exc:
         origin = "; ".join(f"domain {d!r} was read from {', '.join(map(str, sources[d]))}" for d in exc.domains[:5] if d in sources)
         raise click.ClickException(f"{exc} ({origin})" if origin else str(exc)) from exc
+    except ValueError as exc:  # settings checks and an unusable --encoding (corpus errors are JingpaiErrors)
+        raise click.ClickException(str(exc)) from exc
     dictionary.save(out_dir)
     per = ", ".join(f"{d} {len(dictionary.domain_words(d))}" for d in dictionary.domain_names())
     click.echo(f"dictionary {dictionary.version}: {len(dictionary)} words ({per}) → {out_dir}")
 
 
-def _read_domains(
-    domain_specs: tuple[str, ...], labelled: tuple[Path, ...], spec: LabelledSpec, *, fields: tuple[str, ...], encoding: str,
-) -> tuple[dict[str, list[str]], dict[str, list[Path]]]:
-    """``({domain: documents}, {domain: files it was read from})`` of --domain and --labelled."""
+def _build_local(*, specs, labelled, background, spec: LabelledSpec, fields: tuple[str, ...], encoding: str, sources, settings, master):  # noqa: ANN001, ANN202
+    """The dictionary, built in this process; fills ``sources`` with ``{domain: files it was read from}``."""
+    from jingpai.keyword_dict import build_dictionary
+
+    _local_only([p for _, p in specs] + list(labelled) + ([background] if background else []))
     domains: dict[str, list[str]] = {}
-    sources: dict[str, list[Path]] = {}  # where each domain's documents came from, for error messages
-    for value in domain_specs:
-        name, path = _parse_domain(value)
+    for name, path in specs:
         domains.setdefault(name, []).extend(read_documents(path, text_fields=fields, encoding=encoding))
         sources.setdefault(name, []).append(path)
     for path in labelled:
         for name, docs in read_labelled(path, spec, encoding=encoding).items():
             domains.setdefault(name, []).extend(docs)
             sources.setdefault(name, []).append(path)
-    if not domains:
-        raise click.UsageError("give domain corpora with --domain NAME=PATH and/or --labelled FILE")
-    return domains, sources
+    bg = list(read_documents(background, text_fields=fields, encoding=encoding)) if background else None
+    click.echo(f"building from {len(domains)} domains ({sum(map(len, domains.values()))} documents) …", err=True)
+    return build_dictionary(domains, background=bg, settings=settings)
+
+
+def _build_spark(*, specs, labelled, background, spec: LabelledSpec, fields: tuple[str, ...], encoding: str, sources, settings, master):  # noqa: ANN001, ANN202
+    """The dictionary, built as Spark jobs on ``master``; fills ``sources`` with ``{domain: inputs it was read from}``."""
+    from jingpai.keyword_dict.spark_build import build_dictionary_spark
+    from jingpai.keyword_dict.spark_corpus import Source
+    from jingpai.spark import spark_session
+
+    inputs = [Source("domain", str(path), name) for name, path in specs] + [Source("labelled", str(path)) for path in labelled]
+    if background:
+        inputs.append(Source("background", str(background)))
+    session = spark_session(app_name="jingpai dict build", master=master)
+    click.echo(f"building with Spark on {session.sparkContext.master} from {len(inputs)} input(s) …", err=True)
+    try:
+        return build_dictionary_spark(session, inputs, spec=spec, text_fields=fields, encoding=encoding, settings=settings, origins=sources)
+    finally:
+        session.stop()
 
 
 def _load(path: Path):

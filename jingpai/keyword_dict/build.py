@@ -52,16 +52,27 @@ def _plain_segmenter() -> Segmenter:
     return Segmenter()
 
 
-def _known_words(docs: Sequence[str], min_count: int, chunk_chars: int) -> Counter[str]:
+def segment_counts(docs: Sequence[str], chunk_chars: int) -> Counter[str]:
+    """Occurrences of each token of the plain segmenter (jieba's dictionary) in ``docs``."""
     counts: Counter[str] = Counter()
     for batch in chunks(docs, chunk_chars):
         # one call per chunk, not per document (cheaper): a word never spans a newline
         counts.update(_plain_segmenter().cut("\n".join(batch)))
+    return counts
+
+
+def known_candidates(counts: Mapping[str, int], min_count: int) -> Counter[str]:
+    """The segmenter's words seen ``min_count`` times that can be keywords (:func:`candidate_mask`)."""
     frequent = [w for w, c in counts.items() if c >= min_count]
     return Counter({w: counts[w] for w, ok in zip(frequent, candidate_mask(frequent).tolist()) if ok})
 
 
-def _candidates(docs: Sequence[str], s: BuildSettings) -> tuple[dict[str, int], Counter[str]]:
+def _known_words(docs: Sequence[str], min_count: int, chunk_chars: int) -> Counter[str]:
+    return known_candidates(segment_counts(docs, chunk_chars), min_count)
+
+
+def domain_candidates(docs: Sequence[str], s: BuildSettings) -> tuple[dict[str, int], Counter[str]]:
+    """``({discovered word: count}, known words)`` of one domain's documents."""
     found = find_words(docs, s.discovery)
     known = _known_words(docs, s.known_min_count, s.discovery.chunk_chars) if s.known_words else Counter()
     return dict(zip(found.words, found.freq.tolist())), known
@@ -151,36 +162,48 @@ def build_dictionary(
     if s.known_words:
         _plain_segmenter()  # load the segmenter's dictionary once: forked workers inherit it
     with _pool(workers, method) as pmap:
-        per_domain = pmap(_candidates, [(corpora[i], s) for i in range(len(names))], sizes)
-        candidates, freqs, stats = _fuse_candidates(names, corpora, sizes, per_domain)
+        per_domain = pmap(domain_candidates, [(corpora[i], s) for i in range(len(names))], sizes)
+        candidates, freqs, stats = fuse_candidates(names, [len(docs) for docs in corpora], sizes, per_domain)
         stats["background_docs"] = len(background) if background is not None else None
         vocabulary = sorted(set().union(*candidates.values()))
         index = VocabularyIndex.build(vocabulary)
         counted = pmap(domain_document_frequencies, [(docs, index, s.discovery.chunk_chars) for docs in corpora], sizes)
-    return _score(names, vocabulary, candidates, counted, background is not None, freqs, stats, s)
+    return score_candidates(names, vocabulary, candidates, counted, background is not None, freqs, stats, s)
 
 
 def _check_domains(domains: Mapping[str, Sequence[str]], background: Sequence[str] | None, s: BuildSettings) -> None:
-    """Raise :class:`BuildError` for corpora that cannot make a dictionary, before the costly part."""
-    if not domains:
+    sizes = {name: (len(docs), max(map(len, docs), default=0)) for name, docs in domains.items()}
+    check_corpus_sizes(sizes, has_background=background is not None, settings=s)
+
+
+def check_corpus_sizes(sizes: Mapping[str, tuple[int, int]], *, has_background: bool, settings: BuildSettings) -> None:
+    """Raise :class:`BuildError` for corpora that cannot make a dictionary, before the costly part.
+
+    Args:
+        sizes: ``{domain: (documents, characters of its longest document)}``.
+        has_background: a background corpus is the anti-domain of every domain.
+        settings: the build's parameters (``min_df``).
+    """
+    s = settings
+    if not sizes:
         raise BuildError("no domain corpora given")
-    for name, docs in domains.items():
-        if not docs:
+    for name, (n_docs, _) in sizes.items():
+        if not n_docs:
             raise BuildError(f"domain {name!r} has no documents", domains=[name])
-    if background is None and len(domains) < 2:
+    if not has_background and len(sizes) < 2:
         raise BuildError(
-            f"diff-idf needs an anti-domain: give at least two domains or a background corpus (got only {next(iter(domains))!r})",
-            domains=list(domains),
+            f"diff-idf needs an anti-domain: give at least two domains or a background corpus (got only {next(iter(sizes))!r})",
+            domains=list(sizes),
         )
     # such a domain cannot keep a word, whatever its text
-    too_few = [name for name, docs in domains.items() if len(docs) < s.min_df]
+    too_few = [name for name, (n_docs, _) in sizes.items() if n_docs < s.min_df]
     if too_few:
-        raise BuildError(_listed([_too_few_documents(n, domains[n], s.min_df) for n in too_few]), domains=too_few)
-    few = [name for name, docs in domains.items() if len(docs) < FEW_DOCS]
+        raise BuildError(_listed([_too_few_documents(n, *sizes[n], s.min_df) for n in too_few]), domains=too_few)
+    few = [name for name, (n_docs, _) in sizes.items() if n_docs < FEW_DOCS]
     if few:
         logger.warning(
             "%d domain(s) have fewer than %d documents, so their diff-idf scores will be coarse: %s",
-            len(few), FEW_DOCS, ", ".join(f"{n!r} {len(domains[n])}" for n in few[:10]) + (" …" if len(few) > 10 else ""),
+            len(few), FEW_DOCS, ", ".join(f"{n!r} {sizes[n][0]}" for n in few[:10]) + (" …" if len(few) > 10 else ""),
         )
 
 
@@ -194,24 +217,28 @@ def _workers(s: BuildSettings, chars: int, method: str) -> int:
     return 1
 
 
-def _fuse_candidates(names, corpora, sizes, per_domain) -> tuple[dict[str, set[str]], Counter[str], dict]:
+def fuse_candidates(names, doc_counts, sizes, per_domain) -> tuple[dict[str, set[str]], Counter[str], dict]:
+    """``(candidates per domain, freq per word, build statistics)`` from each domain's ``(discovered
+    {word: count}, known-word Counter)``; a word's count in a domain is the larger of the two."""
     candidates: dict[str, set[str]] = {}
     freqs: Counter[str] = Counter()
     stats: dict = {"domains": {}}
     for i, (name, (found, known)) in enumerate(zip(names, per_domain)):
-        docs = corpora[i]
+        n_docs = doc_counts[i]
         best = dict(known)
         for w, c in found.items():
             if c > best.get(w, 0):
                 best[w] = c
         freqs.update(best)
         candidates[name] = set(best)
-        stats["domains"][name] = {"docs": len(docs), "chars": sizes[i], "new_words": len(found), "known_words": len(known)}
-        logger.info("domain %s: %d docs, %d new-word candidates, %d known words", name, len(docs), len(found), len(known))
+        stats["domains"][name] = {"docs": n_docs, "chars": sizes[i], "new_words": len(found), "known_words": len(known)}
+        logger.info("domain %s: %d docs, %d new-word candidates, %d known words", name, n_docs, len(found), len(known))
     return candidates, freqs, stats
 
 
-def _score(names, vocabulary, candidates, counted, has_background, freqs, stats, s: BuildSettings) -> Dictionary:
+def score_candidates(names, vocabulary, candidates, counted, has_background, freqs, stats, s: BuildSettings) -> Dictionary:
+    """The dictionary: diff-idf of each domain's candidates from ``counted`` = ``[(df over vocabulary,
+    documents)]`` per domain (and the background last), thresholded, ranked and cut to ``top_n``."""
     df = np.stack([c[0] for c in counted])
     n_docs = [c[1] for c in counted]
     position = {w: i for i, w in enumerate(vocabulary)}
@@ -248,9 +275,8 @@ def _score(names, vocabulary, candidates, counted, has_background, freqs, stats,
 _LONG_DOC = 10_000
 
 
-def _too_few_documents(name: str, docs: Sequence[str], min_df: int) -> str:
-    longest = max(map(len, docs))
-    why = f"domain {name!r} has {len(docs)} document(s), fewer than min_df={min_df}, so none of its words can be kept"
+def _too_few_documents(name: str, n_docs: int, longest: int, min_df: int) -> str:
+    why = f"domain {name!r} has {n_docs} document(s), fewer than min_df={min_df}, so none of its words can be kept"
     if longest >= _LONG_DOC:
         return f"{why}: its longest document is {longest:,} characters — each line is one document (one JSON object per line in .jsonl); split the text into one document per line"
     return f"{why}: give it more documents or lower --min-df"
@@ -273,4 +299,15 @@ def _why_empty(name: str, st: dict, s: BuildSettings) -> str:
     )
 
 
-__all__ = ["BuildError", "BuildSettings", "DiscoverySettings", "build_dictionary"]
+__all__ = [
+    "BuildError",
+    "BuildSettings",
+    "DiscoverySettings",
+    "build_dictionary",
+    "check_corpus_sizes",
+    "domain_candidates",
+    "fuse_candidates",
+    "known_candidates",
+    "score_candidates",
+    "segment_counts",
+]

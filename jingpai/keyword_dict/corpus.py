@@ -64,7 +64,7 @@ def check_encoding(encoding: str) -> str:
     return name
 
 
-def _check_file(path: Path, what: str) -> None:
+def check_file(path: Path, what: str) -> None:
     """Raise :class:`CorpusReadError` unless ``path`` is a non-empty file that does not look binary."""
     if path.is_dir():
         inside = sorted(p.name for p in path.iterdir())
@@ -92,9 +92,10 @@ def _check_file(path: Path, what: str) -> None:
         )
 
 
-def _not_decodable(path: Path, encoding: str, bad: list[int], lines: int, sample: bytes) -> str:
-    """The error for a file in another encoding than ``encoding``, with a guess if the text reads as GB18030."""
-    where = f"{path}:{bad[0]}: not {encoding_label(encoding)}: {len(bad)} of {lines} non-blank lines cannot be decoded"
+def not_decodable(path: object, encoding: str, first: int, bad: int, lines: int, sample: bytes) -> str:
+    """The error for a file in another encoding than ``encoding`` (``bad`` of its ``lines`` non-blank lines
+    undecodable, the ``first`` one ``sample``), with a guess if the text reads as GB18030."""
+    where = f"{path}:{first}: not {encoding_label(encoding)}: {bad} of {lines} non-blank lines cannot be decoded"
     # GBK/GB18030 is by far the most common legacy encoding of Chinese corpora; a trial decode that
     # yields Han text is a safe guess, where a general detector is unreliable on one short line
     try:
@@ -133,7 +134,7 @@ def _lines(path: Path, encoding: str = "utf-8") -> Iterator[tuple[int, str]]:
             bad.append(line.number)
             sample = sample or line.raw
     if len(bad) > MAX_UNDECODABLE_SHARE * lines:
-        raise CorpusReadError(_not_decodable(path, encoding, bad, lines, sample))
+        raise CorpusReadError(not_decodable(path, encoding, bad[0], len(bad), lines, sample))
     if bad:
         shown = ", ".join(map(str, bad[:10])) + (" …" if len(bad) > 10 else "")
         logger.warning("%s: skipped %d line(s) that are not valid %s: line %s", path, len(bad), encoding_label(encoding), shown)
@@ -163,8 +164,8 @@ def read_documents(path: str | Path, *, text_fields: Sequence[str] = ("text",), 
     """
     path = Path(path)
     encoding = check_encoding(encoding)
-    _check_file(path, "corpus file")
-    is_json = path.suffix.lower() in (".jsonl", ".ndjson")
+    check_file(path, "corpus file")
+    is_json = is_jsonl(path)
     count = 0
     for number, line in _lines(path, encoding):
         line = line.strip()
@@ -174,17 +175,31 @@ def read_documents(path: str | Path, *, text_fields: Sequence[str] = ("text",), 
         if not is_json:
             yield line
             continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise CorpusReadError(f"{path}:{number}: malformed JSON ({exc.msg})") from exc
-        parts = [record.get(f) for f in text_fields] if isinstance(record, dict) else []
-        texts = [p for p in parts if isinstance(p, str) and p.strip()]
-        if not texts:
-            raise CorpusReadError(f"{path}:{number}: expected a string in field(s) {', '.join(text_fields)}")
-        yield "\n".join(texts)
+        yield json_document(line, text_fields, where=f"{path}:{number}")
     if not count:
         raise CorpusReadError(f"corpus file {path} has no documents: every line is blank")
+
+
+def json_document(line: str, text_fields: Sequence[str], *, where: str) -> str:
+    """The document of one stripped, non-blank JSONL line: its ``text_fields`` joined by newlines.
+
+    Raises:
+        CorpusReadError: malformed JSON, or no non-blank string in the fields (``where`` names the line).
+    """
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise CorpusReadError(f"{where}: malformed JSON ({exc.msg})") from exc
+    parts = [record.get(f) for f in text_fields] if isinstance(record, dict) else []
+    texts = [p for p in parts if isinstance(p, str) and p.strip()]
+    if not texts:
+        raise CorpusReadError(f"{where}: expected a string in field(s) {', '.join(text_fields)}")
+    return "\n".join(texts)
+
+
+def is_jsonl(path: str | Path) -> bool:
+    """Whether a corpus file is read as JSONL (by its suffix), else as one document per line."""
+    return str(path).lower().endswith((".jsonl", ".ndjson"))
 
 
 def _swap_hint(spec: LabelledSpec) -> str:
@@ -205,6 +220,50 @@ def _named_label(label: str, text: str, names: list[str], spec: LabelledSpec, *,
         raise CorpusReadError(f"{where}: label {label!r} is not an id 0..{len(names) - 1} of {spec.label_names}{hint}") from exc
 
 
+def label_names(spec: LabelledSpec) -> list[str] | None:
+    """The domain names of label ids 0, 1, … from ``spec.label_names`` (``None``: labels are names)."""
+    if spec.label_names is None:
+        return None
+    return [n.strip() for n in Path(spec.label_names).read_text(encoding="utf-8").splitlines() if n.strip()]
+
+
+def labelled_row(line: str, spec: LabelledSpec, names: list[str] | None, *, where: str, first_row: bool) -> tuple[str, str]:
+    """``(domain, text)`` of one non-blank labelled line.
+
+    Raises:
+        CorpusReadError: too few columns, a label id without a name, or an empty label or text
+            (``where`` names the line; ``first_row`` adds the header-row hint).
+    """
+    parts = line.split("\t")
+    need = max(spec.label_column, spec.text_column) + 1
+    if len(parts) < need:
+        raise CorpusReadError(
+            f"{where}: expected at least {need} tab-separated columns "
+            f"(label in column {spec.label_column}, text in column {spec.text_column}), found {len(parts)}"
+        )
+    label, text = parts[spec.label_column].strip(), parts[spec.text_column].strip()
+    if names is not None:
+        label = _named_label(label, text, names, spec, where=where, first_row=first_row)
+    if not label or not text:
+        raise CorpusReadError(f"{where}: empty label or text")
+    return label, text
+
+
+def swapped_columns_error(path: object, rows: int, labels: int, first: tuple[int, str, str], spec: LabelledSpec) -> CorpusReadError | None:
+    """The error for a labelled file whose label and text columns look swapped (``None``: they do not).
+
+    ``first`` is the first row's ``(line number, label, text)``.
+    """
+    if rows < SWAPPED_MIN_ROWS or labels <= rows / 2:
+        return None
+    # one warning per one-document "domain" would bury the cause under thousands of lines
+    return CorpusReadError(
+        f"{path}: {labels} distinct labels in {rows} rows: nearly every row has a label of its own, "
+        f"so the label and text columns look swapped (line {first[0]}: label {first[1][:30]!r} in column "
+        f"{spec.label_column}, text {first[2][:30]!r} in column {spec.text_column}); {_swap_hint(spec)}"
+    )
+
+
 def read_labelled(path: str | Path, spec: LabelledSpec | None = None, *, encoding: str = "utf-8") -> dict[str, list[str]]:
     """``{domain: [documents]}`` from one labelled TSV file.
 
@@ -217,39 +276,21 @@ def read_labelled(path: str | Path, spec: LabelledSpec | None = None, *, encodin
     spec = spec or LabelledSpec()
     path = Path(path)
     encoding = check_encoding(encoding)
-    _check_file(path, "labelled corpus")
-    names: list[str] | None = None
-    if spec.label_names is not None:
-        names = [n.strip() for n in Path(spec.label_names).read_text(encoding="utf-8").splitlines() if n.strip()]
-    need = max(spec.label_column, spec.text_column) + 1
+    check_file(path, "labelled corpus")
+    names = label_names(spec)
     domains: dict[str, list[str]] = defaultdict(list)
     first: tuple[int, str, str] | None = None
     for number, line in _lines(path, encoding):
         if not line.strip():
             continue
-        parts = line.split("\t")
-        if len(parts) < need:
-            raise CorpusReadError(
-                f"{path}:{number}: expected at least {need} tab-separated columns "
-                f"(label in column {spec.label_column}, text in column {spec.text_column}), found {len(parts)}"
-            )
-        label, text = parts[spec.label_column].strip(), parts[spec.text_column].strip()
-        if names is not None:
-            label = _named_label(label, text, names, spec, where=f"{path}:{number}", first_row=first is None)
-        if not label or not text:
-            raise CorpusReadError(f"{path}:{number}: empty label or text")
+        label, text = labelled_row(line, spec, names, where=f"{path}:{number}", first_row=first is None)
         first = first or (number, label, text)
         domains[label].append(text)
     if first is None:
         raise CorpusReadError(f"labelled corpus {path} has no rows: every line is blank")
-    rows = sum(map(len, domains.values()))
-    if rows >= SWAPPED_MIN_ROWS and len(domains) > rows / 2:
-        # one warning per one-document "domain" would bury the cause under thousands of lines
-        raise CorpusReadError(
-            f"{path}: {len(domains)} distinct labels in {rows} rows: nearly every row has a label of its own, "
-            f"so the label and text columns look swapped (line {first[0]}: label {first[1][:30]!r} in column "
-            f"{spec.label_column}, text {first[2][:30]!r} in column {spec.text_column}); {_swap_hint(spec)}"
-        )
+    swapped = swapped_columns_error(path, sum(map(len, domains.values())), len(domains), first, spec)
+    if swapped is not None:
+        raise swapped
     if len(domains[first[1]]) == 1 and len(domains) > 1:
         # a header row ("label<TAB>text") would be a domain of one document, which cannot keep a word
         logger.warning("%s:%d: skipped as a header row: its label %r labels no other row", path, first[0], first[1])
@@ -257,4 +298,17 @@ def read_labelled(path: str | Path, spec: LabelledSpec | None = None, *, encodin
     return dict(domains)
 
 
-__all__ = ["CorpusReadError", "LabelledSpec", "check_encoding", "read_documents", "read_labelled"]
+__all__ = [
+    "CorpusReadError",
+    "LabelledSpec",
+    "check_encoding",
+    "check_file",
+    "is_jsonl",
+    "json_document",
+    "label_names",
+    "labelled_row",
+    "not_decodable",
+    "read_documents",
+    "read_labelled",
+    "swapped_columns_error",
+]

@@ -161,11 +161,9 @@ def _ranked_words(levels: list[Ranked], ids: np.ndarray, n: int, s: DiscoverySet
     rows = np.flatnonzero(level.counts >= s.min_count)
     rep, counts = level.rep[rows], level.counts[rows].astype(np.float64)
     log_c = np.log(counts)
-    pmi = np.full(counts.shape[0], np.inf)
-    for k in range(1, n):
-        left_c = levels[k].counts[levels[k].rank[rep]].astype(np.float64)
-        right_c = levels[n - k].counts[levels[n - k].rank[rep + k]].astype(np.float64)
-        pmi = np.minimum(pmi, log_c + log_total - np.log(left_c) - np.log(right_c))
+    pmi = weakest_split_pmi(log_c, log_total, (
+        (levels[k].counts[levels[k].rank[rep]], levels[n - k].counts[levels[n - k].rank[rep + k]]) for k in range(1, n)
+    ))
     # Σ c·log c over right / left extensions, the (n+1)-grams whose prefix / suffix is the word;
     # boundaries and singletons are distinct neighbours with c·log c = 0, so H = log count − Σ c·log c / count
     nxt = levels[n + 1]
@@ -173,7 +171,30 @@ def _ranked_words(levels: list[Ranked], ids: np.ndarray, n: int, s: DiscoverySet
     right = np.bincount(nxt.prefix, weights=clogc, minlength=len(level))[rows]
     left = np.bincount(nxt.suffix, weights=clogc, minlength=len(level))[rows]
     units = ids[rep[:, None] + np.arange(n)]
-    return units, counts, pmi, log_c - left / counts, log_c - right / counts
+    return units, counts, pmi, edge_entropy(log_c, counts, left), edge_entropy(log_c, counts, right)
+
+
+def weakest_split_pmi(log_c: np.ndarray, log_total: float, splits: Iterable[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """PMI of the weakest split: ``min over splits of log c(w) + log total − log c(a) − log c(b)``.
+
+    Args:
+        log_c: ``log`` of each n-gram's count.
+        log_total: ``log`` of the units in the corpus.
+        splits: per split point, the counts of the left and right parts of every n-gram.
+    """
+    pmi = np.full(log_c.shape[0], np.inf)
+    for left_c, right_c in splits:
+        pmi = np.minimum(pmi, log_c + log_total - np.log(left_c.astype(np.float64)) - np.log(right_c.astype(np.float64)))
+    return pmi
+
+
+def edge_entropy(log_c: np.ndarray, counts: np.ndarray, clogc: np.ndarray) -> np.ndarray:
+    """Neighbour entropy at one edge, from ``Σ c·log c`` over the n-gram's extensions at that edge.
+
+    Boundaries and singletons are distinct neighbours with ``c·log c = 0``, so
+    ``H = log count − Σ c·log c / count``.
+    """
+    return log_c - clogc / counts
 
 
 def _table_words(levels: list[Level], n: int, s: DiscoverySettings, log_total: float):
@@ -182,11 +203,9 @@ def _table_words(levels: list[Level], n: int, s: DiscoverySettings, log_total: f
     mask = level.counts >= s.min_count
     units, counts = level.units[mask], level.counts[mask].astype(np.float64)
     log_c = np.log(counts)
-    pmi = np.full(counts.shape[0], np.inf)
-    for k in range(1, n):
-        left_c = levels[k].lookup(hash_rows(units[:, :k])).astype(np.float64)
-        right_c = levels[n - k].lookup(hash_rows(units[:, k:])).astype(np.float64)
-        pmi = np.minimum(pmi, log_c + log_total - np.log(left_c) - np.log(right_c))
+    pmi = weakest_split_pmi(log_c, log_total, (
+        (levels[k].lookup(hash_rows(units[:, :k])), levels[n - k].lookup(hash_rows(units[:, k:]))) for k in range(1, n)
+    ))
     # Σ c·log c over right / left extensions; boundaries and pruned singletons are distinct
     # neighbours with c·log c = 0, so H = log count − Σ c·log c / count
     nxt = levels[n + 1]
@@ -198,7 +217,7 @@ def _table_words(levels: list[Level], n: int, s: DiscoverySettings, log_total: f
         rows = cand.index_of(keys)
         hit = rows >= 0
         sums.append(np.bincount(rows[hit], weights=clogc[hit], minlength=len(cand)))
-    return units, counts, pmi, log_c - sums[1] / counts, log_c - sums[0] / counts
+    return units, counts, pmi, edge_entropy(log_c, counts, sums[1]), edge_entropy(log_c, counts, sums[0])
 
 
 def discover(docs: Iterable[str], settings: DiscoverySettings | None = None) -> list[Candidate]:
@@ -225,4 +244,4 @@ def discover(docs: Iterable[str], settings: DiscoverySettings | None = None) -> 
     return found
 
 
-__all__ = ["Candidate", "DiscoverySettings", "Found", "candidate_mask", "discover", "find_words"]
+__all__ = ["Candidate", "DiscoverySettings", "Found", "candidate_mask", "discover", "edge_entropy", "find_words", "weakest_split_pmi"]

@@ -129,6 +129,13 @@ class UnitCodec:
         take = unit_start & whole[owner]
         return np.bincount(owner[take], minlength=len(words)), ids[take]
 
+    def runs(self) -> dict[int, str]:
+        """``{id: text}`` of the Latin/digit runs seen so far (another codec decodes them after :meth:`learn`)."""
+        return dict(self._runs)
+
+    def learn(self, runs: dict[int, str]) -> None:
+        self._runs.update(runs)
+
     def decode(self, ids: Iterable[int]) -> str:
         return "".join(chr(i) if i < RUN_BASE else self._runs[i] for i in ids)
 

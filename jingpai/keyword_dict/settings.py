@@ -78,4 +78,17 @@ class BuildSettings:
         return data
 
 
-__all__ = ["PARALLEL_MIN_CHARS", "BuildSettings", "DiscoverySettings"]
+@dataclass(frozen=True)
+class SparkBuildSettings:
+    """Where a dictionary build runs: in this process (and its workers), or as Spark jobs.
+
+    Args:
+        spark: run the build as Spark jobs (:mod:`jingpai.keyword_dict.spark_build`; same result).
+        master: the Spark master URL (``None``: ``local[*]``, or the ``--master`` of ``spark-submit``).
+    """
+
+    spark: bool = False
+    master: str | None = None
+
+
+__all__ = ["PARALLEL_MIN_CHARS", "BuildSettings", "DiscoverySettings", "SparkBuildSettings"]
