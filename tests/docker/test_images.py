@@ -72,7 +72,7 @@ def pip_installs(commands: str) -> list[list[str]]:
 def test_dockerfile_installs_the_package_like_bootstrap() -> None:
     bootstrap = (REPO / "scripts" / "bootstrap").read_text(encoding="utf-8")
     [boot] = [args for line in bootstrap.splitlines() if line.startswith("$UV ") for args in pip_installs(line)]
-    assert boot[-2:] == ["-e", ".[dev]"], boot  # bootstrap installs the project, editable, with dev extras
+    assert boot[-2:] == ["-e", ".[dev,spark]"], boot  # bootstrap installs the project, editable, with dev + spark extras
     runs = [rest for instr, rest in dockerfile_instructions() if instr == "RUN"]
     installs = [args for run in runs for args in pip_installs(run)]
     assert installs, "the Dockerfile installs jingpai"
@@ -85,7 +85,7 @@ def test_dockerfile_installs_the_package_like_bootstrap() -> None:
         flags = [a for a in args[:-2] if a.startswith("-") and a != "${TORCH_BACKEND:+--torch-backend"]
         assert flags == [a for a in boot[:-2] if a.startswith("-")], f"{args} vs bootstrap {boot}"
         project_installs.append(args[-2:])
-    assert project_installs[-1] == ["-e", "."], "the last install is bootstrap's `-e .` (without the dev extras)"
+    assert project_installs[-1] == ["-e", "."], "the last install is bootstrap's `-e .` (without the dev and spark extras)"
     # what the Dockerfile copies exists and is not left out of the build context
     ignore = (DOCKER / "Dockerfile.dockerignore").read_text(encoding="utf-8").splitlines()
     included = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
