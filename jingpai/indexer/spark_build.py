@@ -8,6 +8,10 @@ partition's output is a stream of tagged rows:
 - ``("bad", quarantine line, kind)``: a record quarantined (by the reader, the builder, or — with the
   ``bulk`` writer — by the engine), to be appended to the driver's quarantine file;
 - ``("sum", records read, documents indexed)``: the ``bulk`` writer's counts of one partition.
+
+The driver reads such an output with one job (:func:`tallies`: per partition, how many rows of each
+tag; the caller persists the output, so that job fills the cache) and fetches the ``bad`` rows only of
+the partitions that have any (:func:`bad_rows`), a bounded number of them at a time.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from jingpai.indexer.settings import IndexSettings
 from jingpai.indexer.spark_input import InputFile, records
 
 if TYPE_CHECKING:
-    from pyspark import Broadcast
+    from pyspark import RDD, Broadcast
 
 #: builders of this Python worker, by run: built once, reused by every task of the run it serves
 _BUILDERS: dict[str, DocumentBuilder] = {}
@@ -40,7 +44,6 @@ class PartitionJob:
         settings: the run's options.
         meta: the index's metadata (weight encoding, text fields).
         files: input files by source name.
-        starts: first line number of every ``(file, block)``.
         dictionary: the broadcast :class:`~jingpai.keyword_dict.Dictionary` (``None``: no keywords).
     """
 
@@ -48,7 +51,6 @@ class PartitionJob:
     settings: IndexSettings
     meta: IndexMeta
     files: dict[str, InputFile]
-    starts: dict[tuple[str, int], int]
     dictionary: Broadcast | None
 
     def builder(self) -> DocumentBuilder:
@@ -71,7 +73,7 @@ class PartitionJob:
     def outcomes(self, rows: Iterator[tuple[str, int, bytes]]) -> Iterator[tuple[tuple, dict | None]]:
         """``(tagged row, the record's fields for a document)`` of one partition's lines."""
         builder = self.builder()
-        for rec in records(rows, self.files, self.starts, self.settings.max_record_bytes):
+        for rec in records(rows, self.files, self.settings.max_record_bytes):
             if isinstance(rec, BadRecord):
                 item = entry(self.run_id, rec.source, rec.line, rec.raw, rec.reason, raw_bytes=rec.raw_bytes)
                 yield ("bad", item, rec.kind), None
@@ -129,6 +131,43 @@ class BulkPartition:
             yield (file, line, fields), {"_op_type": "index", "_index": self.physical, "_id": doc_id, "_source": source}
 
 
+#: bad rows fetched to the driver in one job at most (bounds the driver's memory, not the run)
+BAD_ROWS_PER_FETCH = 10_000
+
+
+def _tally(index: int, rows: Iterator[tuple]) -> Iterator[dict[str, int]]:
+    counts = {"partition": index, "doc": 0, "bad": 0, "read": 0, "indexed": 0}
+    for row in rows:
+        if row[0] == "sum":
+            counts["read"] += row[1]
+            counts["indexed"] += row[2]
+        else:
+            counts[row[0]] += 1
+    yield counts
+
+
+def tallies(rows: RDD) -> list[dict[str, int]]:
+    """Per partition of ``rows``: its ``doc`` and ``bad`` rows, and the sums of its ``sum`` rows (one job)."""
+    return rows.mapPartitionsWithIndex(_tally).collect()
+
+
+def _bad(rows: Iterator[tuple]) -> list[tuple]:
+    return [row for row in rows if row[0] == "bad"]
+
+
+def bad_rows(rows: RDD, counts: list[dict[str, int]]) -> Iterator[tuple]:
+    """The ``bad`` rows of ``rows``, fetched from the partitions whose ``counts`` have any (no job when none has)."""
+    group: list[int] = []
+    size = 0
+    for tally in counts:
+        if tally["bad"]:
+            group.append(tally["partition"])
+            size += tally["bad"]
+        if group and (size >= BAD_ROWS_PER_FETCH or tally is counts[-1]):
+            yield from rows.context.runJob(rows, _bad, group)
+            group, size = [], 0
+
+
 def origin_fields(source: str) -> dict:
     """The record's own fields of a built document: what the quarantine keeps when the engine rejects it."""
     document = json.loads(source)
@@ -136,4 +175,4 @@ def origin_fields(source: str) -> dict:
     return document
 
 
-__all__ = ["BulkPartition", "PartitionJob", "origin_fields"]
+__all__ = ["BAD_ROWS_PER_FETCH", "BulkPartition", "PartitionJob", "bad_rows", "origin_fields", "tallies"]

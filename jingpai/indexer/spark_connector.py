@@ -6,7 +6,8 @@ index (``write.rest.error.handlers = opensearch|es``) catches every document the
 connector's own retries and stores it with the engine's error in a side index ``<physical>-rejected-<run>``;
 the driver reads that back into the quarantine file, with each record's file and line, and deletes it. A
 refusal of the index or cluster (write block, closed index, …) stops the run as on the local path.
-Finally the index's document count is checked against the ids sent.
+Finally the index's document count is checked against the ids sent (counted only when the index holds
+fewer documents than were sent). The documents are built once, cached, in one job that also counts them.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from jingpai.indexer.bulk import EngineRefusedError, IndexingError
 from jingpai.indexer.checks import alias_state, is_refusal, item_error, item_kind
 from jingpai.indexer.quarantine import Quarantine, entry
 from jingpai.indexer.settings import IndexSettings
-from jingpai.indexer.spark_build import origin_fields
+from jingpai.indexer.spark_build import bad_rows, origin_fields, tallies
 from jingpai.indexer.spark_settings import SparkIndexSettings
 
 if TYPE_CHECKING:
@@ -77,9 +78,10 @@ def write_with_connector(
     side_index = f"{target.physical}-rejected-{quarantine.run_id.lower()}"
     built = built.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        tags = built.map(lambda row: row[0]).countByValue()  # fills the cache: the documents are built once
-        report.read = sum(tags.values())
-        for row in built.filter(lambda row: row[0] == "bad").toLocalIterator():
+        counts = tallies(built)  # fills the cache: the documents are built once, in one job
+        sent = sum(t["doc"] for t in counts)
+        report.read = sent + sum(t["bad"] for t in counts)
+        for row in bad_rows(built, counts):
             quarantine.add_entry(row[1], kind=row[2])
         engine.create_index(side_index)
         conf = connector_conf(connector, engine, target.physical, settings, side_index)
@@ -94,9 +96,8 @@ def write_with_connector(
                 f"This is the index's or the cluster's state, not the documents', so none were quarantined for it; "
                 f"{alias_state(settings.index, target.live_before)}. Fix the cluster and re-run the same command to resume"
             )
-        sent_ids = _quarantine_rejected(built, rejected, quarantine)
-        report.indexed = tags.get("doc", 0) - sent_ids[1]
-        _check_count(engine, target, sent_ids[0] - len(rejected))
+        report.indexed = sent - _quarantine_rejected(built, rejected, quarantine)
+        _check_count(engine, target, built, sent, len(rejected))
     finally:
         built.unpersist()
         engine.delete_index(side_index)
@@ -119,23 +120,28 @@ def _engine_rejections(engine: Engine, side_index: str) -> dict[str, dict]:
     return found
 
 
-def _quarantine_rejected(built: RDD, rejected: dict[str, dict], quarantine: Quarantine) -> tuple[int, int]:
-    """Append the engine's rejections with their files and lines; return ``(distinct ids sent, records rejected)``."""
+def _quarantine_rejected(built: RDD, rejected: dict[str, dict], quarantine: Quarantine) -> int:
+    """Append the engine's rejections with their files and lines; return how many records they are."""
     ids = set(rejected)
-    distinct = built.filter(lambda row: row[0] == "doc").map(lambda row: row[1]).distinct().count()
     if not ids:
-        return distinct, 0
+        return 0
     origins = built.filter(lambda row: row[0] == "doc" and row[1] in ids).collect()
     for _, doc_id, source, file, line in origins:
         item = rejected[doc_id]
         quarantine.add_entry(entry(quarantine.run_id, file, line, origin_fields(source), item_error(item)), kind=item_kind(item))
-    return distinct, len(origins)
+    return len(origins)
 
 
-def _check_count(engine: Engine, target: Target, expected: int) -> None:
-    """Raise :class:`IndexingError` when the index holds fewer documents than the ids sent and not rejected."""
+def _check_count(engine: Engine, target: Target, built: RDD, sent: int, rejected: int) -> None:
+    """Raise :class:`IndexingError` when the index holds fewer documents than the distinct ids sent and not rejected.
+
+    The ids are counted (a job) only when the index holds fewer documents than were sent: ``sent`` is at
+    least the distinct ids, so a count that reaches it passes without one."""
     engine.refresh(target.physical)
     count = engine.count(target.physical)
+    if count >= sent - rejected:
+        return
+    expected = built.filter(lambda row: row[0] == "doc").map(lambda row: row[1]).distinct().count() - rejected
     if count < expected:
         raise IndexingError(
             f"{target.physical} holds {count} documents but {expected} distinct ids were sent and not rejected: the "

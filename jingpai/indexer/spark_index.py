@@ -35,9 +35,10 @@ from jingpai.indexer.mapping import IndexMeta, engine_encodings
 from jingpai.indexer.pipeline import IndexReport, Target, _finish, _prepare_index
 from jingpai.indexer.quarantine import Quarantine
 from jingpai.indexer.settings import IndexSettings
-from jingpai.indexer.spark_build import BulkPartition, PartitionJob
-from jingpai.indexer.spark_input import list_files, number_blocks, read_lines
+from jingpai.indexer.spark_build import BulkPartition, PartitionJob, bad_rows, tallies
+from jingpai.indexer.spark_input import list_files, read_headers, read_lines
 from jingpai.indexer.spark_settings import SparkIndexSettings
+from jingpai.spark import require_pyspark
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -105,8 +106,8 @@ def index_corpus_spark(
         settings: the run's options (as for the local path).
         spark_settings: master, writer, connector.
         dictionary: keyword dictionary (``None``: the segmenter's own, no keywords).
-        spark: a running session (``None``: one is started on ``spark_settings.master``, with the connector's
-            jars when the connector writes, and stopped afterwards).
+        spark: a running session (``None``: the active one, as it is; without one, a session is started on
+            ``spark_settings.master``, with the connector's jars when the connector writes, and stopped afterwards).
 
     Returns:
         The run's :class:`IndexReport`; the alias points at the physical index when it returns.
@@ -118,7 +119,11 @@ def index_corpus_spark(
         SparkUnavailable: PySpark or Java is missing.
     """
     started = time.perf_counter()
+    require_pyspark()
+    from pyspark.sql import SparkSession
+
     writer = choose_writer(engine, settings, spark_settings)
+    spark = spark or SparkSession.getActiveSession()  # a notebook's or a test's session is used as it is
     own = spark is None
     session = spark if spark is not None else _session(engine, spark_settings, writer)
     try:
@@ -141,9 +146,8 @@ def _run(
     engine: Engine, paths: list[str], settings: IndexSettings, spark_settings: SparkIndexSettings,
     dictionary: Dictionary | None, spark: SparkSession, writer: str, started: float,
 ) -> IndexReport:
-    files = list_files(spark, paths, settings)
+    files = read_headers(spark, list_files(spark, paths, settings), settings)  # CorpusError: nothing written yet
     lines = read_lines(spark, files)
-    starts, files = number_blocks(lines, files, settings)  # CorpusError for a bad header: nothing written yet
     dict_version = dictionary.version if dictionary is not None else None
     weight_enc, entity_enc = engine_encodings(engine)
     meta = IndexMeta(
@@ -155,19 +159,20 @@ def _run(
     quarantine = Quarantine(Path(settings.quarantine_dir) / f"{settings.index}.rejected.jsonl", run_id=run_id)
     report = IndexReport(alias=settings.index, physical_index=target.physical, quarantine_file=quarantine.path, run_id=run_id)
     broadcast = spark.sparkContext.broadcast(dictionary) if dictionary is not None else None
-    job = PartitionJob(run_id, settings, meta, {f.source: f for f in files}, starts, broadcast)
+    job = PartitionJob(run_id, settings, meta, {f.source: f for f in files}, broadcast)
     try:
         restore = _prepare_index(engine, target, meta, settings)
-        logger.info("spark: %s writer, %d files, %d partitions → %s", writer, len(files), lines.getNumPartitions(), target.physical)
+        logger.info("spark: %s writer, %d files, %d partitions → %s", writer, len(files), lines.rdd.getNumPartitions(), target.physical)
         if writer == "bulk":
             partition = BulkPartition(job, engine.url, target.physical, tuple(target.live_before))
-            _spark_errors(lambda: _collect_bulk(lines.mapPartitions(partition), quarantine, report))
+            _spark_errors(lambda: _collect_bulk(lines.rdd.mapPartitions(partition), quarantine, report))
         else:
             from jingpai.indexer.spark_connector import write_with_connector
 
-            _spark_errors(lambda: write_with_connector(engine, spark_settings, lines.mapPartitions(job.build), target,
+            _spark_errors(lambda: write_with_connector(engine, spark_settings, lines.rdd.mapPartitions(job.build), target,
                                                        settings, quarantine, report))
     finally:
+        lines.release()
         quarantine.close()
         report.rejected = quarantine.count
         report.reasons = dict(quarantine.reasons)
@@ -179,12 +184,18 @@ def _run(
 
 
 def _collect_bulk(rows, quarantine: Quarantine, report: IndexReport) -> None:  # noqa: ANN001 - an RDD
-    for row in rows.toLocalIterator():
-        if row[0] == "bad":
+    """Write every partition in one job (the tally fills the cache), then fetch the quarantined rows."""
+    from pyspark import StorageLevel
+
+    rows = rows.persist(StorageLevel.MEMORY_AND_DISK)  # only the bad rows and one sum per partition
+    try:
+        counts = tallies(rows)
+        report.read = sum(t["read"] for t in counts)
+        report.indexed = sum(t["indexed"] for t in counts)
+        for row in bad_rows(rows, counts):
             quarantine.add_entry(row[1], kind=row[2])
-        else:
-            report.read += row[1]
-            report.indexed += row[2]
+    finally:
+        rows.unpersist()
 
 
 _JINGPAI_ERROR = re.compile(r"jingpai\.[\w.]+\.(\w+Error): (.+)")
