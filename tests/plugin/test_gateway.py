@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import httpx
@@ -151,6 +152,15 @@ def test_jingpai_off_is_exactly_the_engine(setup: Setup) -> None:
         "mode": "off", "reranked": False, "reason": "disabled", "augmented": False, "augment_reason": None,
         "keywords": [], "model": None, "window": None, "took_rerank_ms": None, "fusion": None,
     }
+    # the same answer whether the body is forwarded unread (above) or read and planned: an ext.jingpai
+    # section is taken off (the engine would refuse it), an escaped one too
+    with_ext = search(setup.gateway_url, setup.index, {**body, "ext": {"jingpai": {"window": 5}}}, jingpai="off")
+    raw = json.dumps({**body, "ext": {"jingpai": {"window": 5}}}).replace('"jingpai"', '"\\u006aingpai"')
+    escaped = httpx.post(f"{setup.gateway_url}/{setup.index}/_search", params={"jingpai": "off"}, content=raw,
+                         headers={"content-type": "application/json"})
+    assert escaped.status_code == 200, escaped.text
+    for resp in (with_ext, escaped.json()):
+        assert resp["hits"] == direct["hits"] and resp["jingpai"]["reason"] == "disabled"
 
 
 @pytest.mark.parametrize(
