@@ -166,15 +166,7 @@ def index_corpus(
     started = time.perf_counter()
     _check_sources(paths, settings)
     dict_version = dictionary.version if dictionary is not None else None
-    weight_enc, entity_enc = engine_encodings(engine)
-    meta = IndexMeta(
-        text_fields=tuple(settings.text_fields), dict_version=dict_version, weight_encoding=weight_enc,
-        entity_encoding=entity_enc, id_field=settings.id_field,
-    )
-    target = Target.choose(engine, settings, dict_version)
-    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
-    quarantine = Quarantine(Path(settings.quarantine_dir) / f"{settings.index}.rejected.jsonl", run_id=run_id)
-    report = IndexReport(alias=settings.index, physical_index=target.physical, quarantine_file=quarantine.path, run_id=run_id)
+    meta, target, quarantine, report = open_run(engine, settings, dict_version)
     try:
         with BulkWriter(engine, target.physical, settings, quarantine=quarantine, report=report,
                         live_before=target.live_before, on_progress=on_progress) as writer:
@@ -189,6 +181,21 @@ def index_corpus(
         report.first_lines = {k: list(v) for k, v in quarantine.first_lines.items()}
     _finish(engine, target, report, settings, restore=writer.prepared, dict_version=dict_version, started=started)
     return report
+
+
+def open_run(engine: Engine, settings: IndexSettings, dict_version: str | None) -> tuple[IndexMeta, Target, Quarantine, IndexReport]:
+    """What every indexing run (local or ``--spark``) starts from: the index's meta, its physical target,
+    the quarantine file opened under a new run id, and the report that names them."""
+    weight_enc, entity_enc = engine_encodings(engine)
+    meta = IndexMeta(
+        text_fields=tuple(settings.text_fields), dict_version=dict_version, weight_encoding=weight_enc,
+        entity_encoding=entity_enc, id_field=settings.id_field,
+    )
+    target = Target.choose(engine, settings, dict_version)
+    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
+    quarantine = Quarantine(Path(settings.quarantine_dir) / f"{settings.index}.rejected.jsonl", run_id=run_id)
+    report = IndexReport(alias=settings.index, physical_index=target.physical, quarantine_file=quarantine.path, run_id=run_id)
+    return meta, target, quarantine, report
 
 
 def _check_sources(paths: Sequence[str | Path], settings: IndexSettings) -> None:

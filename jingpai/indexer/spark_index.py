@@ -23,7 +23,6 @@ from __future__ import annotations
 import logging
 import re
 import time
-import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,8 +30,7 @@ from typing import TYPE_CHECKING
 from jingpai.engine.client import Engine
 from jingpai.errors import UserError
 from jingpai.indexer.bulk import EngineRefusedError, EngineUnreachableError, IndexingError
-from jingpai.indexer.mapping import IndexMeta, engine_encodings
-from jingpai.indexer.pipeline import IndexReport, Target, _finish, _prepare_index
+from jingpai.indexer.pipeline import IndexReport, _finish, _prepare_index, open_run
 from jingpai.indexer.quarantine import Quarantine
 from jingpai.indexer.settings import IndexSettings
 from jingpai.indexer.spark_build import BulkPartition, PartitionJob, bad_rows, tallies
@@ -149,17 +147,9 @@ def _run(
     files = read_headers(spark, list_files(spark, paths, settings), settings)  # CorpusError: nothing written yet
     lines = read_lines(spark, files)
     dict_version = dictionary.version if dictionary is not None else None
-    weight_enc, entity_enc = engine_encodings(engine)
-    meta = IndexMeta(
-        text_fields=tuple(settings.text_fields), dict_version=dict_version, weight_encoding=weight_enc,
-        entity_encoding=entity_enc, id_field=settings.id_field,
-    )
-    target = Target.choose(engine, settings, dict_version)
-    run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
-    quarantine = Quarantine(Path(settings.quarantine_dir) / f"{settings.index}.rejected.jsonl", run_id=run_id)
-    report = IndexReport(alias=settings.index, physical_index=target.physical, quarantine_file=quarantine.path, run_id=run_id)
+    meta, target, quarantine, report = open_run(engine, settings, dict_version)
     broadcast = spark.sparkContext.broadcast(dictionary) if dictionary is not None else None
-    job = PartitionJob(run_id, settings, meta, {f.source: f for f in files}, broadcast)
+    job = PartitionJob(report.run_id, settings, meta, {f.source: f for f in files}, broadcast)
     try:
         restore = _prepare_index(engine, target, meta, settings)
         logger.info("spark: %s writer, %d files, %d partitions → %s", writer, len(files), lines.rdd.getNumPartitions(), target.physical)

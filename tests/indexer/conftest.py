@@ -17,6 +17,19 @@ DICT_V1 = [
 
 
 @pytest.fixture(scope="module")
+def spark():
+    """A ``local[2]`` Spark session with both engines' connector jars, one per test module (stopped after it:
+    ``getOrCreate`` would hand a later module this one, whatever settings it asks for)."""
+    from jingpai.engine.connectors import CONNECTORS, ensure_connector_jars
+    from jingpai.spark import spark_session
+
+    jars = sorted({jar for c in CONNECTORS.values() for jar in ensure_connector_jars(c)})
+    session = spark_session(app_name="jingpai-test-index", master="local[2]", jars=jars)
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
 def dictionary() -> Dictionary:
     return Dictionary(DICT_V1)
 

@@ -25,18 +25,6 @@ from jingpai.indexer.spark_settings import SparkIndexSettings
 pytestmark = [pytest.mark.spark, pytest.mark.engine]
 
 
-@pytest.fixture(scope="module")
-def spark():
-    pytest.importorskip("pyspark")
-    from jingpai.engine.connectors import CONNECTORS, ensure_connector_jars
-    from jingpai.spark import spark_session
-
-    jars = sorted({jar for c in CONNECTORS.values() for jar in ensure_connector_jars(c)})
-    session = spark_session(app_name="jingpai-test-index-cli", master="local[2]", jars=jars)
-    yield session
-    session.stop()
-
-
 @pytest.fixture
 def name(engine: Engine) -> Iterator[str]:
     base = f"test-{uuid.uuid4().hex[:8]}"
@@ -58,10 +46,8 @@ def index_cli(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-@pytest.mark.parametrize("writer", ["bulk", "connector"])
+@pytest.mark.parametrize(("engine", "writer"), [("opensearch", "connector"), ("opensearch", "bulk"), ("elasticsearch", "bulk")], indirect=["engine"])  # no ES connector: see test_spark_index
 def test_the_command_indexes_on_spark_and_quarantines(spark, engine: Engine, name: str, corpus: Path, tmp_path: Path, writer: str) -> None:
-    if writer == "connector" and engine.kind == "elasticsearch":
-        pytest.skip("the Elasticsearch connector cannot write to the integ-test node (no GET /)")
     code, output = index_cli(
         str(corpus), "--index", name, "--engine", engine.url, "--id-field", "id", "--quarantine-dir", str(tmp_path),
         "--no-progress", "--max-rejected", "0.1", "--spark", "--master", "local[2]", "--spark-writer", writer,
