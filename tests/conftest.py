@@ -8,6 +8,7 @@ optional modules (:func:`opensearch_modules`) starts only for the tests that ask
 
 from __future__ import annotations
 
+import builtins
 import os
 import uuid
 from collections.abc import Iterator
@@ -19,6 +20,20 @@ from jingpai.engine import harness
 from jingpai.engine.client import Engine, connect
 
 SHARED_DATA = Path(os.environ.get("JINGPAI_DATA_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+
+
+@pytest.fixture
+def without_pyspark(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``import pyspark`` fails for the rest of the test (``monkeypatch.undo()`` ends it early), as where the
+    ``spark`` extra is not installed."""
+    real_import = builtins.__import__
+
+    def no_pyspark(name: str, *args, **kwargs):
+        if name == "pyspark" or name.startswith("pyspark."):
+            raise ImportError("No module named 'pyspark'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_pyspark)
 
 
 @pytest.fixture(scope="session")

@@ -2,23 +2,14 @@
 
 from __future__ import annotations
 
-import builtins
-
 import pytest
 
 from jingpai import spark
 from jingpai.errors import UserError
 
 
-def test_missing_pyspark_is_one_line_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
-    real_import = builtins.__import__
-
-    def no_pyspark(name: str, *args, **kwargs):
-        if name == "pyspark" or name.startswith("pyspark."):
-            raise ImportError("No module named 'pyspark'")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_pyspark)
+@pytest.mark.usefixtures("without_pyspark")
+def test_missing_pyspark_is_one_line_naming_the_extra() -> None:
     with pytest.raises(UserError, match=r"pip install 'jingpai\[spark\]'"):
         spark.require_pyspark()
 

@@ -6,7 +6,6 @@ starts one session with both connectors' jars and every command below runs on it
 
 from __future__ import annotations
 
-import builtins
 import json
 import uuid
 from collections.abc import Iterator
@@ -75,15 +74,8 @@ def test_a_bad_spark_option_is_one_line(engine: Engine, corpus: Path, tmp_path: 
     assert engine.indices("test-never*") == {}
 
 
-def test_spark_without_pyspark_is_one_line(monkeypatch: pytest.MonkeyPatch, engine: Engine, corpus: Path, tmp_path: Path) -> None:
-    real_import = builtins.__import__
-
-    def no_pyspark(module: str, *args, **kwargs):
-        if module == "pyspark" or module.startswith("pyspark."):
-            raise ImportError("No module named 'pyspark'")
-        return real_import(module, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", no_pyspark)
+def test_spark_without_pyspark_is_one_line(without_pyspark: None, monkeypatch: pytest.MonkeyPatch, engine: Engine, corpus: Path,
+                                           tmp_path: Path) -> None:
     code, output = index_cli(str(corpus), "--index", "test-never", "--engine", engine.url, "--quarantine-dir", str(tmp_path),
                              "--spark", "--spark-writer", "bulk")
     monkeypatch.undo()

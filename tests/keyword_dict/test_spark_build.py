@@ -6,7 +6,6 @@ a corpus file spans several tasks and the per-task parts (counts, first rows, li
 
 from __future__ import annotations
 
-import builtins
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -167,18 +166,11 @@ def test_cli_spark_build_and_local_only_paths(session, domain_files: dict[str, P
     assert remote.exit_code == 2 and "hdfs://namenode/corpora/*.tsv is read by Spark only: add --spark" in remote.output
 
 
-def test_spark_without_pyspark_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    real_import = builtins.__import__
-
-    def no_pyspark(name: str, *args, **kwargs):
-        if name == "pyspark" or name.startswith("pyspark."):
-            raise ImportError("No module named 'pyspark'")
-        return real_import(name, *args, **kwargs)
-
+@pytest.mark.usefixtures("without_pyspark")
+def test_spark_without_pyspark_is_one_line(tmp_path: Path) -> None:
     fin, spo = tmp_path / "fin.txt", tmp_path / "spo.txt"
     fin.write_text("基金净值上涨\n基金大涨\n", encoding="utf-8")
     spo.write_text("球队客场取胜\n球队训练\n", encoding="utf-8")
-    monkeypatch.setattr(builtins, "__import__", no_pyspark)
     r = CliRunner().invoke(cli, ["dict", "build", "--spark", "--domain", f"fin={fin}", "--domain", f"spo={spo}", "--out", str(tmp_path / "d")])
     assert r.exit_code == 1 and not (tmp_path / "d").exists()
     assert r.output.strip().splitlines()[-1] == (

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +39,10 @@ from jingpai.plugin.settings import GatewaySettings
 
 # the whole gateway logs under one name, as before it was a package (operators' logging configs name it)
 logger = logging.getLogger(__package__)
+
+#: a ``\\u`` escape of one of the letters of "jingpai" (a, g, i, j, n, p); escaped CJK text (``\\u4e2d``), which
+#: JSON encoders with ASCII output write for every Chinese query, does not match
+_ESCAPED_JINGPAI_LETTER = re.compile(rb"\\u00(?:6[179aAeE]|70)")
 
 #: what planning may trip over on a search it cannot interpret: such a search is forwarded unchanged
 _NOT_INTERPRETABLE = (NotOursToJudge, RecursionError, TypeError, ValueError, AttributeError, KeyError, IndexError)
@@ -169,10 +174,10 @@ class Gateway:
         """Whether a search is off (``?jingpai=off`` or the gateway's mode) with nothing of the gateway's in
         its body: then its bytes go to the engine unread, the plan is the constant "disabled" one, and the
         gateway spends on it only the hop and the splice (its CPU per search is its latency cost on a busy
-        machine). A body that may hold ``ext.jingpai`` (even ``\\u``-escaped) is read and planned."""
+        machine). A body that may hold ``ext.jingpai`` (even with ``\\u``-escaped letters) is read and planned."""
         if fusion_param is not None or (mode_param or self.settings.mode) != "off":
             return False
-        return b"jingpai" not in raw and b"\\u" not in raw
+        return b"jingpai" not in raw and _ESCAPED_JINGPAI_LETTER.search(raw) is None
 
     async def msearch(self, request: Request) -> Response:
         """``_msearch``: each search planned like a ``_search``; unchanged lines are forwarded as the client's
