@@ -9,10 +9,11 @@ cross-encoder); without it a tiny random BERT is built locally, which measures t
 production model's inference cost.
 
 Rows: direct engine (the client as it is: httpx asks for gzip), direct engine uncompressed
-(``Accept-Encoding: identity``: what the gateway asks the engine for), the gateway with ``?jingpai=off``
-(proxying only), the gateway reranking the top ``--window`` hits. The first three take turns in ``--rounds``
-blocks (drift on a shared machine hits them alike); the gateway's own CPU per pass-through request is printed
-with the Δp50 it alone predicts when every core is busy (closed loop: clients / cores × CPU per request).
+(``Accept-Encoding: identity``: what the gateway asks the engine for), a bare relay on the gateway's server and
+engine client (``bench/relay_floor.py``: the floor under the gateway), the gateway with ``?jingpai=off``
+(proxying only), the gateway reranking the top ``--window`` hits. The first four take turns in ``--rounds``
+blocks (drift on a shared machine hits them alike); the gateway's and the relay's own CPU per request are
+printed with the Δp50 each alone predicts when every core is busy (closed loop: clients / cores × CPU per request).
 
 Goals (issue 7): gateway with rerank off p50 ≤ direct + 2 ms, p99 ≤ direct + 10 ms; with rerank of the
 top 20 on CPU p50 ≤ 250 ms on 2 cores.
@@ -53,10 +54,12 @@ def corpus(out: Path) -> list[str]:
 
 
 failures: list[str] = []
-direct_url = ""
 
 
-def run(url: str, index: str, queries: list[str], *, n: int, concurrency: int, params: dict, headers: dict | None = None) -> list[float]:
+def run(url: str, index: str, queries: list[str], *, n: int, concurrency: int, params: dict, headers: dict | None = None,
+        reranks: bool = False) -> list[float]:
+    """Latencies (ms) of ``n`` searches from ``concurrency`` clients; with ``reranks``, answers not reranked are
+    counted in ``failures`` (only then is an answer parsed: that costs the client's CPU, which the rows share)."""
     client = httpx.Client(timeout=60, limits=httpx.Limits(max_connections=concurrency * 2))
 
     def one(i: int) -> float:
@@ -64,7 +67,7 @@ def run(url: str, index: str, queries: list[str], *, n: int, concurrency: int, p
         started = time.perf_counter()
         resp = client.post(f"{url}/{index}/_search", json=body, params=params, headers=headers)
         resp.raise_for_status()
-        if params.get("jingpai") is None and url != direct_url and not resp.json()["jingpai"]["reranked"]:
+        if reranks and not resp.json()["jingpai"]["reranked"]:
             failures.append(resp.json()["jingpai"]["reason"])
         return (time.perf_counter() - started) * 1000
 
@@ -126,36 +129,45 @@ def main() -> None:
             cwd=Path(__file__).resolve().parents[1],
         )
         gateway_url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{gateway_url}/_cluster/health", timeout=2)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline or gateway_proc.poll() is not None:
-                    raise SystemExit("the gateway did not start")
-                time.sleep(0.2)
+        # the floor: the same server and engine client with nothing of the gateway in between (bench/relay_floor.py)
+        relay_port = free_port()
+        relay_proc = subprocess.Popen([sys.executable, str(Path(__file__).with_name("relay_floor.py")), engine_url, str(relay_port)])
+        relay_url = f"http://127.0.0.1:{relay_port}"
+        for url, proc, what in ((gateway_url, gateway_proc, "the gateway"), (relay_url, relay_proc, "the bare relay")):
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    httpx.post(f"{url}/{index}/_search", json={"size": 0}, timeout=2).raise_for_status()
+                    break
+                except httpx.HTTPError:
+                    if time.monotonic() > deadline or proc.poll() is not None:
+                        raise SystemExit(f"{what} did not start")
+                    time.sleep(0.2)
         try:
-            global direct_url
-            direct_url = engine_url
             # the three compared paths take turns in --rounds blocks, so drift (engine warm-up, another job's
             # load on a shared machine) hits each path alike instead of whichever ran last
             kw = {"n": max(1, args.requests // args.rounds), "concurrency": args.concurrency}
-            direct, direct_identity, off = [], [], []
-            off_cpu_s = 0.0
+            direct, direct_identity, off, relay = [], [], [], []
+            off_cpu_s = relay_cpu_s = 0.0
             for _ in range(args.rounds):
                 direct += run(engine_url, index, titles, params={}, **kw)
                 direct_identity += run(engine_url, index, titles, params={}, headers={"accept-encoding": "identity"}, **kw)
+                cpu0 = process_cpu_s(relay_proc.pid)
+                relay += run(relay_url, index, titles, params={}, **kw)
+                relay_cpu_s += process_cpu_s(relay_proc.pid) - cpu0
                 cpu0 = process_cpu_s(gateway_proc.pid)
                 off += run(gateway_url, index, titles, params={"jingpai": "off"}, **kw)
                 off_cpu_s += process_cpu_s(gateway_proc.pid) - cpu0
-            # the gateway's own CPU per request (its process alone, warm-up requests included): with every core
-            # busy (engine, clients, gateway), a closed loop of C clients on K cores waits about C/K times this
+            # each process's own CPU per request (warm-up requests included): with every core busy (engine,
+            # clients, gateway), a closed loop of C clients on K cores waits about C/K times this
             off_cpu_ms = off_cpu_s * 1000 / (args.rounds * (kw["n"] + 2 * args.concurrency))
-            rerank = run(gateway_url, index, titles, params={}, n=max(args.requests // 4, 40), concurrency=args.concurrency)
+            relay_cpu_ms = relay_cpu_s * 1000 / (args.rounds * (kw["n"] + 2 * args.concurrency))
+            rerank = run(gateway_url, index, titles, params={}, n=max(args.requests // 4, 40), concurrency=args.concurrency,
+                         reranks=True)
         finally:
-            gateway_proc.terminate()
-            gateway_proc.wait(timeout=30)
+            for proc in (gateway_proc, relay_proc):
+                proc.terminate()
+                proc.wait(timeout=30)
             service.stop()
             engine.raw.indices.delete(index=f"{index}*")
             engine.close()
@@ -165,15 +177,18 @@ def main() -> None:
           f"{'Δp50 vs unc.':>14}{'Δp99 vs unc.':>14}")
     d50, d99 = pct(direct, 50), pct(direct, 99)
     u50, u99 = pct(direct_identity, 50), pct(direct_identity, 99)
-    rows = (("direct engine", direct), ("direct engine, uncompressed", direct_identity), ("gateway, rerank off", off),
-            (f"gateway, rerank top {args.window}", rerank))
+    rows = (("direct engine", direct), ("direct engine, uncompressed", direct_identity),
+            ("bare relay (floor)", relay), ("gateway, rerank off", off), (f"gateway, rerank top {args.window}", rerank))
     for name, lat in rows:
         p50, p99 = pct(lat, 50), pct(lat, 99)
         print(f"{name:<30}{p50:>10.2f}{p99:>10.2f}{p50 - d50:>10.2f}{p99 - d99:>10.2f}{p50 / d50:>10.2f}x"
               f"{p50 - u50:>14.2f}{p99 - u99:>14.2f}")
     cores = os.cpu_count() or 1
-    print(f"gateway process CPU per request, rerank off: {off_cpu_ms:.2f} ms; with {args.concurrency} closed-loop clients on "
-          f"{cores} busy cores that alone predicts Δp50 ≈ {args.concurrency / cores * off_cpu_ms:.1f} ms")
+    for name, cpu_ms in (("gateway, rerank off", off_cpu_ms), ("bare relay (floor)", relay_cpu_ms)):
+        print(f"process CPU per request, {name}: {cpu_ms:.2f} ms; with {args.concurrency} closed-loop clients on "
+              f"{cores} busy cores that alone predicts Δp50 ≈ {args.concurrency / cores * cpu_ms:.1f} ms")
+    print("(bare relay: bench/relay_floor.py, the gateway's server and engine client with nothing of the gateway in\n"
+          " between; what it adds, the gateway cannot go below without another HTTP server or client)")
     if failures:
         print(f"WARNING: {len(failures)} rerank requests were not reranked: {sorted(set(failures))}")
     print("(httpx clients send Accept-Encoding: gzip, so the engine compresses its answers to direct requests; the gateway\n"

@@ -64,6 +64,11 @@ def dumps(value: Any) -> bytes:
 def append_member(content: bytes, key: str, value: Any) -> bytes | None:
     """``content`` (a JSON object's bytes) with ``"key": value`` added as its last member; ``None`` if it
     does not look like a JSON object."""
+    return append_encoded(content, key, dumps(value))
+
+
+def append_encoded(content: bytes, key: str, encoded: bytes) -> bytes | None:
+    """:func:`append_member` with the value already encoded as JSON (a constant the caller keeps)."""
     # indexes and a memoryview instead of rstrip/slices: a search answer is tens of kilobytes, and each
     # slice of it would be one more copy per search
     end = len(content)
@@ -78,7 +83,7 @@ def append_member(content: bytes, key: str, value: Any) -> bytes | None:
     while content[last - 1] in b" \t\r\n":
         last -= 1
     comma = b"" if content[last - 1] == 0x7B else b","
-    return b"".join((memoryview(content)[:last], comma, json.dumps(key).encode(), b":", dumps(value), b"}"))
+    return b"".join((memoryview(content)[:last], comma, json.dumps(key).encode(), b":", encoded, b"}"))
 
 
 def path_part(name: str) -> str:
@@ -236,6 +241,6 @@ class EngineProxy:
 
 
 __all__ = [
-    "HOP_BY_HOP", "EngineProxy", "MappingAnswer", "Upstream", "append_member", "body_headers", "dumps", "forward_headers",
-    "path_part", "read_body", "response_headers",
+    "HOP_BY_HOP", "EngineProxy", "MappingAnswer", "Upstream", "append_encoded", "append_member", "body_headers", "dumps",
+    "forward_headers", "path_part", "read_body", "response_headers",
 ]
