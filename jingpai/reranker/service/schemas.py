@@ -263,6 +263,7 @@ class Info(BaseModel):
     jingpai_version: str
     device: str
     dtype: str
+    compiled: bool = Field(False, description="the forward pass runs compiled (torch.compile; the compile setting, when it succeeded)")
     attention: str | None = None
     score: str
     long_docs: str

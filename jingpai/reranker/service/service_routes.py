@@ -26,6 +26,7 @@ def describe(service: RerankService) -> Info:
         jingpai_version=__version__,
         device=str(model.device),
         dtype=service.dtype,
+        compiled=service.engine.forward.compiled,
         attention=getattr(hf_config, "_attn_implementation", None),
         score="sigmoid(logit)" if model.num_labels == 1 else "probability",
         long_docs=settings.long_docs,
@@ -35,7 +36,7 @@ def describe(service: RerankService) -> Info:
         max_client_batch_size=settings.max_docs,
         limits=Limits(
             max_docs=settings.max_docs, max_body_bytes=settings.max_body_bytes, max_query_chars=settings.max_query_chars,
-            max_length=service.max_length, max_batch_tokens=settings.max_batch_tokens, queue_timeout_ms=settings.queue_timeout_ms,
+            max_length=service.max_length, max_batch_tokens=service.engine.max_batch_tokens, queue_timeout_ms=settings.queue_timeout_ms,
         ),
     )
 
