@@ -196,3 +196,19 @@ def test_word_vectors_from_the_use_table_keep_meaning() -> None:
     assert cos(full["足球"], full["篮球"]) > cos(full["足球"], full["利率"])
     with pytest.raises(ValueError, match="embedding_dim 600 is outside 1..512"):
         word_vectors(["中国"], dim=600)
+
+
+def test_the_service_estimates_token_counts_from_a_prefix_exactly_as_from_the_whole_text(bi: UseBiEncoderReranker) -> None:
+    # use-bi has no fast Hugging Face tokenizer: the service estimates its token counts, and stops scanning
+    # a text once it has more than it will keep (a news article is thousands of characters)
+    from jingpai.reranker.service.measuring import TextMeasure
+
+    measure = TextMeasure(bi)
+    assert not measure.exact
+    texts = ["影响中国GDP增长的因素有哪些，消费投资和出口。" * 200, "the quick brown fox jumps over the lazy dog " * 300,
+             "supercalifragilisticexpialidocious " * 40, "短文", "", "。。。"]
+    for cap in (1, 5, 64, 300):
+        whole = [measure._capped(measure._estimated_spans(t), cap) for t in texts]  # every character scanned
+        assert measure.spans(texts, cap=cap) == whole
+        assert measure.cuts(texts, cap=cap) == [measure._cut_of(*w) for w in whole]
+    assert measure.lengths(texts) == [len(measure._estimated_spans(t)) for t in texts]

@@ -55,7 +55,7 @@ class TextMeasure:
         cost.
         """
         if self._tokenizer is None:
-            return [self._capped(self._estimated_spans(t), cap) for t in texts]
+            return [self._capped(self._estimated_spans(t, limit=cap + 1), cap) for t in texts]
 
         def judge(text: str, prefix: str, enc: Any) -> tuple[list[tuple[int, int]], bool] | None:
             spans = list(enc.offsets)
@@ -66,7 +66,7 @@ class TextMeasure:
             return (stable[:cap], True) if len(stable) > cap else None
 
         # CJK: one token per character; Latin text needs a longer prefix (grown)
-        return self._grow(texts, 2 * cap + 64, judge, lambda t: self._capped(self._estimated_spans(t), cap))
+        return self._grow(texts, 2 * cap + 64, judge, lambda t: self._capped(self._estimated_spans(t, limit=cap + 1), cap))
 
     def tail_spans(self, texts: Sequence[str], *, cap: int) -> list[tuple[list[tuple[int, int]], bool]]:
         """Per text: the (start, end) character spans of its last ``cap`` tokens, and whether it has more before them.
@@ -132,7 +132,7 @@ class TextMeasure:
         What :meth:`spans` says, without building every token's span: the cheap path for truncation.
         """
         if self._tokenizer is None:
-            return [self._cut_of(*self._capped(self._estimated_spans(t), cap)) for t in texts]
+            return [self._cut_of(*self._capped(self._estimated_spans(t, limit=cap + 1), cap)) for t in texts]
 
         def judge(text: str, prefix: str, enc: Any) -> tuple[int, int, bool] | None:
             n = len(enc)
@@ -145,18 +145,23 @@ class TextMeasure:
             return None
 
         # CJK text needs about one character per token; Latin text (~4 per token) takes the retry
-        return self._grow(texts, cap + cap // 4 + 64, judge, lambda t: self._cut_of(*self._capped(self._estimated_spans(t), cap)))
+        return self._grow(texts, cap + cap // 4 + 64, judge, lambda t: self._cut_of(*self._capped(self._estimated_spans(t, limit=cap + 1), cap)))
 
     @staticmethod
     def _cut_of(spans: list[tuple[int, int]], more: bool) -> tuple[int, int, bool]:
         return len(spans), spans[-1][1] if spans else 0, more
 
-    def _estimated_spans(self, text: str) -> list[tuple[int, int]]:
+    def _estimated_spans(self, text: str, *, limit: int | None = None) -> list[tuple[int, int]]:
+        """Estimated token spans of ``text``; with ``limit``, only its first ``limit`` or more (enough to tell
+        whether it has more than ``limit - 1``): a news article is thousands of characters, of which a
+        64-token model reads a hundred, and scanning the rest cost as much as scoring it."""
         spans: list[tuple[int, int]] = []
         for m in self._UNIT.finditer(text):
             start, end = m.span()
             # long Latin words become several word pieces in a real tokenizer
             spans.extend((s, min(s + 6, end)) for s in range(start, end, 6))
+            if limit is not None and len(spans) >= limit:
+                break
         return spans
 
     def lengths(self, texts: Sequence[str], *, cap: int = 1 << 30) -> list[int]:
