@@ -41,8 +41,9 @@ SPEC: dict[str, Opt] = {
     "max_chunks_per_doc": Opt(show_envvar=True, type=click.IntRange(min=1), help="Chunks scored per document with --long-docs max-chunks."),
     "threads": Opt(show_envvar=True, type=click.IntRange(min=1), help="torch CPU threads (default: torch's choice)."),
     "compile": Opt(show_envvar=True,
-                   help="Compile the forward pass at start-up (torch.compile, one graph for all batch shapes): 1.2-1.7x the eager "
-                        "bf16 forward on an AMX CPU for ~20 s more start-up; stays eager (logged) if compiling fails."),
+                   help="Compile the forward pass at start-up (torch.compile, one graph for all batch shapes; ~20 s). On an AMX CPU: "
+                        "1.2-1.7x the eager forward on fixed batches, 0.8-1.5x inside the service (docs/service.md). Stays eager "
+                        "(logged) if compiling fails; batches the graph does not fit run eager."),
     "warmup": Opt(flag="--no-warmup", negate=True, show_envvar=True, help="Skip the start-up warm-up batch."),
     "expose_model_dir": Opt(show_envvar=True, help="Report the model directory's path in /info (off: the path stays private)."),
 }
