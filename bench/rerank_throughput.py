@@ -313,7 +313,7 @@ def main() -> None:
 
     from jingpai.reranker import registry
     from jingpai.reranker.service import cpu_has_native_bf16, resolve_dtype
-    from jingpai.reranker.service.settings import resolve_max_batch_tokens
+    from jingpai.reranker.service.settings import DEFAULT_MAX_BATCH_TOKENS, resolve_max_batch_tokens
 
     import tempfile
 
@@ -327,6 +327,8 @@ def main() -> None:
     params = sum(p.numel() for name, p in model.net.named_parameters() if "embeddings" not in name)
     n_layers, hidden = model.net.config.num_hidden_layers, model.net.config.hidden_size
     auto_dtype = resolve_dtype("auto", torch.device(device))
+    budget = resolve_max_batch_tokens(args.max_batch_tokens, torch.device(device))
+    old_budget_row = device == "cpu" and args.max_batch_tokens is None
     requests = workload(args.data, args.requests, args.docs)
     pairs = [(q, d) for q, docs in requests for d in docs]
     # emulated bf16 (no AMX / AVX512-BF16) is ~100x slower: a smaller matrix keeps the probe short
@@ -341,8 +343,7 @@ def main() -> None:
           f"CPU native bf16: {cpu_has_native_bf16()}; load average {os.getloadavg()[0]:.1f}{gpu}")
     print(f"model: cross, {args.size} shape ({'packaged weights' if args.size == 'minilm' else 'random weights'}) on {device} ({params / 1e6:.1f}M non-embedding params, fresh 1-logit head); "
           f"data {args.data}: {args.requests} requests × {args.docs} docs = {len(pairs)} pairs; "
-          f"service clients {args.concurrency}; dtype auto → {auto_dtype}; service max_batch_tokens "
-          f"{resolve_max_batch_tokens(args.max_batch_tokens, torch.device(device))}")
+          f"service clients {args.concurrency}; dtype auto → {auto_dtype}; service max_batch_tokens {budget}")
     print(f"measured matmul peak ({device if device == 'cuda' else f'{torch.get_num_threads()} threads'}): fp32 {peak['fp32']:.3f} TFLOP/s, "
           f"bf16 {peak['bf16']:.4f} TFLOP/s; '% peak' below is of the higher one")
 
@@ -374,6 +375,7 @@ def main() -> None:
             del st
 
         bf16_rows = device == "cuda" or cpu_has_native_bf16() or args.emulated_bf16
+        fast_dtype = "bf16" if bf16_rows else "fp32"  # the dtype of the 16k/batch and compiled rows
         for dtype, autocast in (("fp32", None), *([("bf16", torch.bfloat16)] if bf16_rows else [])):
             model.predict(pairs[: args.batch_size], batch_size=args.batch_size, autocast_dtype=autocast)
             seconds, scores = timed(lambda: model.predict(pairs, batch_size=args.batch_size, autocast_dtype=autocast))  # noqa: B023
@@ -381,7 +383,7 @@ def main() -> None:
 
         if device == "cuda":
             # the ceiling for the service rows: the model alone on pre-tokenized, device-resident batches
-            per_batch = max(1, resolve_max_batch_tokens(args.max_batch_tokens, torch.device(device)) // length)
+            per_batch = max(1, budget // length)
             batches = [model.to_device(model.featurize(pairs[i : i + per_batch])) for i in range(0, len(pairs), per_batch)]
             model.net.to(torch.bfloat16)
             with torch.inference_mode():
@@ -397,26 +399,19 @@ def main() -> None:
             return [s for i in range(len(requests)) for s in by_request[i]]
 
         net = model.net
-        for dtype in ("fp32", *(["bf16"] if bf16_rows else []), *(["int8"] if device == "cpu" else [])):
-            seconds, by_request, _, waste = best_of(lambda: serve_in_process(  # noqa: B023
-                model, service_settings(dtype, length, args.max_batch_tokens), requests, args.concurrency))
-            add(f"jingpai serve in-process {dtype}", seconds, flat(by_request), dtype, waste)
-            # the service casts the weights to bf16 on a GPU and swaps in a quantized copy for int8;
-            # later rows start from the same fp32 net
-            model.net = net.float()
-        if device == "cpu" and args.max_batch_tokens is None:
-            # the budget before the CPU default (4096 tokens) existed: the same service with 16k-token batches
-            dtype = "bf16" if bf16_rows else "fp32"
-            seconds, by_request, _, waste = best_of(lambda: serve_in_process(  # noqa: B023
-                model, service_settings(dtype, length, 16384), requests, args.concurrency))
-            add(f"jingpai serve in-process {dtype} 16k/batch", seconds, flat(by_request), dtype, waste)
-            model.net = net.float()
+        service_rows = [(dtype, "", service_settings(dtype, length, args.max_batch_tokens))
+                        for dtype in ("fp32", *(["bf16"] if bf16_rows else []), *(["int8"] if device == "cpu" else []))]
+        if old_budget_row:
+            # the budget before the CPU default existed: the same service with the GPU's 16k-token batches
+            service_rows.append((fast_dtype, " 16k/batch", service_settings(fast_dtype, length, DEFAULT_MAX_BATCH_TOKENS["cuda"])))
         if not args.skip_compile:
             # --compile: compiled at app creation (not timed; the row's seconds are the requests' alone)
-            dtype = "bf16" if bf16_rows else "fp32"
-            seconds, by_request, _, waste = best_of(lambda: serve_in_process(  # noqa: B023
-                model, service_settings(dtype, length, args.max_batch_tokens, compile=True), requests, args.concurrency))
-            add(f"jingpai serve in-process {dtype} compiled", seconds, flat(by_request), dtype, waste)
+            service_rows.append((fast_dtype, " compiled", service_settings(fast_dtype, length, args.max_batch_tokens, compile=True)))
+        for dtype, variant, settings in service_rows:
+            seconds, by_request, _, waste = best_of(lambda: serve_in_process(model, settings, requests, args.concurrency))  # noqa: B023
+            add(f"jingpai serve in-process {dtype}{variant}", seconds, flat(by_request), dtype, waste)
+            # the service casts the weights to bf16 on a GPU and swaps in a quantized copy for int8;
+            # later rows start from the same fp32 net
             model.net = net.float()
 
         latency_rows: list[str] = []
@@ -447,13 +442,12 @@ def main() -> None:
             print(f"{label:<38}{seconds:>8.2f}{rate:>9.1f}{rate / base_rate:>7.2f}x{tflops:>9.3f}"
                   f"{100 * tflops / best_peak:>7.0f}%{diff:>17.2e}{pad}")
         rate = {label: len(pairs) / s for label, s, *_ in rows}
-        if device == "cpu" and args.max_batch_tokens is None:
-            dtype = "bf16" if bf16_rows else "fp32"
-            print(f"serve {resolve_max_batch_tokens(None, torch.device(device))} / 16384 tokens per batch, {dtype}: "
-                  f"{rate[f'jingpai serve in-process {dtype}'] / rate[f'jingpai serve in-process {dtype} 16k/batch']:.2f}x")
+        eager = rate[f"jingpai serve in-process {fast_dtype}"]
+        if old_budget_row:
+            print(f"serve {budget} / {DEFAULT_MAX_BATCH_TOKENS['cuda']} tokens per batch, {fast_dtype}: "
+                  f"{eager / rate[f'jingpai serve in-process {fast_dtype} 16k/batch']:.2f}x")
         if not args.skip_compile:
-            dtype = "bf16" if bf16_rows else "fp32"
-            print(f"serve compiled / eager, {dtype}: {rate[f'jingpai serve in-process {dtype} compiled'] / rate[f'jingpai serve in-process {dtype}']:.2f}x")
+            print(f"serve compiled / eager, {fast_dtype}: {rate[f'jingpai serve in-process {fast_dtype} compiled'] / eager:.2f}x")
         for dtype in ("fp32", *(["bf16"] if bf16_rows else [])):
             print(f"serve in-process / predict, {dtype}: {rate[f'jingpai serve in-process {dtype}'] / rate[f'jingpai predict {dtype}']:.2f}x "
                   "(goal: within 10 %, ≥ 0.90x)")

@@ -64,7 +64,7 @@ class CompiledScores:
         self.eager_batches = 0
 
     def serve(self) -> None:
-        """From now on never compile: a batch the compiled graph does not fit runs eager (logged per shape).
+        """From now on never compile: a batch the compiled graph does not fit runs eager (the first one is warned about).
 
         A model whose code reads a size the graph did not make dynamic (packed tokens, a branch on a
         length) would otherwise compile a new graph in the middle of a request: tens of seconds.
@@ -94,27 +94,28 @@ class CompiledScores:
             if isinstance(value, torch.Tensor):
                 for dim in range(min(value.dim(), 2)):
                     torch._dynamo.maybe_mark_dynamic(value, dim)
-        if not self._serving:
-            scores = self._compiled(batch)
-        else:
-            try:
-                with torch.compiler.set_stance("fail_on_recompile"):
-                    scores = self._compiled(batch)
-            except RuntimeError as exc:
-                if "fail_on_recompile" not in str(exc):
-                    raise
-                return self._eager_fallback(batch, n)
+        scores = self._run(batch)
         return scores[:1] if n == 1 else scores
 
-    def _eager_fallback(self, batch: dict[str, torch.Tensor], n: int) -> torch.Tensor:
+    def _run(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if not self._serving:
+            return self._compiled(batch)
+        try:
+            with torch.compiler.set_stance("fail_on_recompile"):
+                return self._compiled(batch)
+        except RuntimeError as exc:
+            if "fail_on_recompile" not in str(exc):
+                raise
+        return self._eager_fallback(batch)
+
+    def _eager_fallback(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         self.eager_batches += 1
         shape = tuple(tuple(v.shape) for v in batch.values() if isinstance(v, torch.Tensor))
         # warned once: a model whose batches never fit (use-bi's packed tokens) would repeat it per shape
         log = logger.warning if self.eager_batches == 1 else logger.debug
         log("compile: a batch of input shapes %s does not fit the compiled graph; served eager (no compiling while serving)%s",
             shape, "; later ones are logged at debug level" if self.eager_batches == 1 else "")
-        scores = self._eager(batch)
-        return scores[:1] if n == 1 else scores
+        return self._eager(batch)
 
 
 def _batch_size(batch: dict[str, torch.Tensor]) -> int:

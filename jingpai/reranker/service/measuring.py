@@ -55,7 +55,7 @@ class TextMeasure:
         cost.
         """
         if self._tokenizer is None:
-            return [self._capped(self._estimated_spans(t, limit=cap + 1), cap) for t in texts]
+            return [self._estimated_capped(t, cap) for t in texts]
 
         def judge(text: str, prefix: str, enc: Any) -> tuple[list[tuple[int, int]], bool] | None:
             spans = list(enc.offsets)
@@ -66,7 +66,7 @@ class TextMeasure:
             return (stable[:cap], True) if len(stable) > cap else None
 
         # CJK: one token per character; Latin text needs a longer prefix (grown)
-        return self._grow(texts, 2 * cap + 64, judge, lambda t: self._capped(self._estimated_spans(t, limit=cap + 1), cap))
+        return self._grow(texts, 2 * cap + 64, judge, lambda t: self._estimated_capped(t, cap))
 
     def tail_spans(self, texts: Sequence[str], *, cap: int) -> list[tuple[list[tuple[int, int]], bool]]:
         """Per text: the (start, end) character spans of its last ``cap`` tokens, and whether it has more before them.
@@ -132,7 +132,7 @@ class TextMeasure:
         What :meth:`spans` says, without building every token's span: the cheap path for truncation.
         """
         if self._tokenizer is None:
-            return [self._cut_of(*self._capped(self._estimated_spans(t, limit=cap + 1), cap)) for t in texts]
+            return [self._cut_of(*self._estimated_capped(t, cap)) for t in texts]
 
         def judge(text: str, prefix: str, enc: Any) -> tuple[int, int, bool] | None:
             n = len(enc)
@@ -145,11 +145,15 @@ class TextMeasure:
             return None
 
         # CJK text needs about one character per token; Latin text (~4 per token) takes the retry
-        return self._grow(texts, cap + cap // 4 + 64, judge, lambda t: self._cut_of(*self._capped(self._estimated_spans(t, limit=cap + 1), cap)))
+        return self._grow(texts, cap + cap // 4 + 64, judge, lambda t: self._cut_of(*self._estimated_capped(t, cap)))
 
     @staticmethod
     def _cut_of(spans: list[tuple[int, int]], more: bool) -> tuple[int, int, bool]:
         return len(spans), spans[-1][1] if spans else 0, more
+
+    def _estimated_capped(self, text: str, cap: int) -> tuple[list[tuple[int, int]], bool]:
+        """:meth:`_capped` of the estimate, scanning ``text`` only until it has more than ``cap`` tokens."""
+        return self._capped(self._estimated_spans(text, limit=cap + 1), cap)
 
     def _estimated_spans(self, text: str, *, limit: int | None = None) -> list[tuple[int, int]]:
         """Estimated token spans of ``text``; with ``limit``, only its first ``limit`` or more (enough to tell

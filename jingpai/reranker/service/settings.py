@@ -70,10 +70,10 @@ class ServiceSettings:
             ignored).
         threads: torch intra-op threads (``None``: torch's default); applied by the CLI.
         compile: compile the forward pass with ``torch.compile`` at start-up, once for every batch shape
-            (inductor; on a CPU the weights are frozen into the graph). 1.2–1.7× the eager bf16 forward on
-            fixed batches on an AMX CPU, 0.8–1.5× inside the service, for ~20 s more start-up (MiniLM, 2 cores). Where compiling fails or the compiled
-            probe scores move by more than 0.02 the service stays eager, and logs why (``/info``
-            ``compiled`` says which).
+            (inductor; on a CPU the weights are frozen into the graph). On an AMX CPU: 1.2–1.7× the eager
+            bf16 forward on fixed batches, 0.8–1.5× inside the service, for ~20 s more start-up (MiniLM,
+            2 cores). Where compiling fails or the compiled probe scores move by more than 0.02 the service
+            stays eager, and logs why (``/info`` ``compiled`` says which).
         warmup: run one tiny batch at start-up so the first request does not pay for lazy initialisation.
         expose_model_dir: ``/info`` reports ``model_dir`` (off by default: a server path tells clients
             nothing they need and tells an attacker about the host's layout).
