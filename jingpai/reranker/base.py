@@ -113,6 +113,31 @@ class Reranker(ABC):
     def loss(self, batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         """Training loss for a featurized batch and its labels (0/1, or graded levels)."""
 
+    # ------------------------------------------------------------------ optional: inputs from token ids
+
+    @property
+    def reads_pair_encodings(self) -> bool:
+        """Whether :meth:`featurize_encodings` builds this model's inputs from pair encodings of its
+        :attr:`tokenizer` (token ids a caller already computed), as :meth:`featurize` would from the text."""
+        return False
+
+    def pair_encodings(self, pairs: Sequence[Pair]) -> list[Any]:
+        """The Rust tokenizer's ``Encoding`` of each pair (special tokens added, cut to ``max_length``).
+
+        Raises:
+            TypeError: the model builds its inputs from text only (:attr:`reads_pair_encodings` is false).
+        """
+        raise TypeError(f"model {self.name} builds its inputs from text only; call featurize()")
+
+    def featurize_encodings(self, encodings: Sequence[Any]) -> dict[str, torch.Tensor]:
+        """Input tensors from pair encodings (:meth:`pair_encodings`, or each side's encoding joined by a
+        :class:`~jingpai.reranker.pair_encoding.PairEncoder`): what :meth:`featurize` makes of the pairs.
+
+        Raises:
+            TypeError: the model builds its inputs from text only (:attr:`reads_pair_encodings` is false).
+        """
+        raise TypeError(f"model {self.name} builds its inputs from text only; call featurize()")
+
     def save_assets(self, directory: Path) -> None:
         """Write tokenizer / vocabulary / other files needed to rebuild the model (not the weights)."""
 

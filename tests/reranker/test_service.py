@@ -562,8 +562,66 @@ def test_cut_long_documents_tokenize_like_whole_ones_when_the_query_is_long(mode
     service = RerankService(model, fp32(warmup=False), ServiceMetrics())
     query = ("影响中国经济增长的因素有哪些以及这些因素如何变化" * 4)[:70]  # 70 tokens > max_length 64
     docs = [("中国GDP增长的主要因素包括投资消费和出口" * 30)[:n] for n in (60, 64, 65, 66, 67, 68, 71, 72, 73, 400)]
-    pairs, _, owner = service._prepare(query, docs, truncate=True, chunks=1, doc_tokens=None, docs_field="texts")
+    pairs, _, owner, _ = service._prepare(query, docs, truncate=True, chunks=1, doc_tokens=None, docs_field="texts")
     assert owner == list(range(len(docs))) and any(len(d) < len(docs[i]) for i, (_, d) in enumerate(pairs))
     cut = model.featurize(pairs)["input_ids"]
     whole = model.featurize([(query, d) for d in docs])["input_ids"]
     assert torch.equal(cut, whole)
+    # the measured token ids, joined, are the same input (the model does not tokenize them again)
+    _, _, _, encodings = service._prepare(query, docs, truncate=True, chunks=1, doc_tokens=None, docs_field="texts")
+    assert encodings is not None and torch.equal(service.model.featurize_encodings(encodings)["input_ids"], whole)
+
+
+# ------------------------------------------------------------------------------------ token ids computed once
+
+
+def test_measured_token_ids_are_the_models_input_and_texts_are_not_tokenized_again(model: Reranker, monkeypatch) -> None:
+    app = create_app(fp32(batch_wait_ms=200), model)
+    service = app.state.service
+    assert service.measure.joins
+
+    def tokenized_again(*_args, **_kw):
+        raise AssertionError("the model tokenized a text the service had measured")
+
+    # a spy on the service's own model copy: a plain request must reach it as token ids only
+    monkeypatch.setattr(service.model, "featurize", tokenized_again)
+    monkeypatch.setattr(service.model, "pair_encodings", tokenized_again)
+    long_query = ("影响中国经济增长的因素有哪些以及这些因素如何变化" * 4)[:70]
+    bodies = [{"query": QUERY, "texts": DOCS, "raw_scores": True},
+              {"query": "中国", "texts": ["短文", "中国经济" * 40, ""], "raw_scores": True},  # a document cut to max_length
+              {"query": long_query, "texts": ["中国GDP增长的主要因素包括投资消费和出口" * 8, "天气"], "raw_scores": True}]
+    responses, metrics = run_concurrently(app, [("/rerank", b) for b in bodies])
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
+    monkeypatch.undo()
+    for body, r in zip(bodies, responses, strict=True):
+        direct = model.predict([(body["query"], t) for t in body["texts"]])
+        assert {rec["index"]: rec["score"] for rec in r.json()} == pytest.approx(dict(enumerate(direct.tolist())), abs=1e-5)
+
+
+def test_a_batch_of_measured_and_chunked_pairs_scores_each_as_alone(model: Reranker) -> None:
+    # chunks are new texts (the model tokenizes them); merged with measured pairs they share one batch
+    long_doc = "今天天气很好，我们去公园散步。" * 6 + "影响中国GDP增长的因素有哪些？消费投资和出口。" * 3
+    requests = [("/v1/rerank", {"query": QUERY, "documents": [long_doc, DOCS[0]], "max_chunks_per_doc": 4}),
+                ("/rerank", {"query": "花呗怎么还款", "texts": DOCS, "raw_scores": True})]
+    app = create_app(fp32(batch_wait_ms=500, max_chunks_per_doc=4), model)
+    responses, metrics = run_concurrently(app, requests)
+    assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
+    assert metric(metrics, "jingpai_rerank_batch_requests_count") == 1, "the two requests were not merged"
+    sequential = TestClient(create_app(fp32(max_chunks_per_doc=4), model))
+    chunked, alone = responses[0].json()["results"], sequential.post(requests[0][0], json=requests[0][1]).json()["results"]
+    assert {r["index"]: r["relevance_score"] for r in chunked} == pytest.approx({r["index"]: r["relevance_score"] for r in alone}, abs=1e-6)
+    direct = model.predict([("花呗怎么还款", d) for d in DOCS])
+    assert {rec["index"]: rec["score"] for rec in responses[1].json()} == pytest.approx(dict(enumerate(direct.tolist())), abs=1e-5)
+
+
+def test_token_ids_that_would_differ_from_featurize_are_not_used(model: Reranker, caplog) -> None:
+    import copy
+
+    skewed = copy.deepcopy(model)
+    joined = skewed.featurize_encodings
+    skewed.featurize_encodings = lambda encodings: {k: v.flip(-1) for k, v in joined(encodings).items()}  # a wrong input
+    with caplog.at_level("WARNING", logger="jingpai.reranker.service.measuring"):
+        measure = TextMeasure(skewed)
+    assert not measure.joins
+    assert "joined token ids differ from its featurize() (input_ids" in caplog.text
+    assert "pairs are tokenized again from text" in caplog.text

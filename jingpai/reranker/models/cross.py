@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import torch
 
 from jingpai.reranker.base import ModelLoadError, Pair, Reranker, RerankerConfig
+from jingpai.reranker.pair_encoding import PairEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -117,52 +117,6 @@ def soft_targets(labels: torch.Tensor, max_label: float) -> torch.Tensor:
     return (labels.float() / max_label).clamp(0.0, 1.0)
 
 
-
-class PairEncoder:
-    """``(query, document)`` pairs → padded BERT input tensors, exactly as the tokenizer's own call makes them.
-
-    ``tokenizer(queries, docs, padding=True, truncation="longest_first", max_length=…, return_tensors="pt")``
-    spends as long converting each token to Python objects as the Rust tokenizer spends tokenizing; this
-    calls the Rust tokenizer (its own copy) in batch and builds the tensors with numpy. Slow (Python)
-    tokenizers go through the tokenizer's own call.
-
-    Args:
-        tokenizer: a ``transformers`` tokenizer.
-
-    Example:
-        >>> enc = PairEncoder(tokenizer)                                       # doctest: +SKIP
-        >>> enc([("中国GDP", "影响中国GDP的因素")], max_length=128)["input_ids"].shape  # doctest: +SKIP
-        torch.Size([1, 14])
-    """
-
-    _FIELDS = {"input_ids": "ids", "token_type_ids": "type_ids", "attention_mask": "attention_mask"}
-
-    def __init__(self, tokenizer: Any) -> None:
-        self.source = tokenizer
-        self._backend: Any = None
-        self._max_length: int | None = None
-        if getattr(tokenizer, "is_fast", False) and tokenizer.padding_side == "right" and tokenizer.truncation_side == "right":
-            from tokenizers import Tokenizer
-
-            self._backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
-            self._backend.enable_padding(pad_id=tokenizer.pad_token_id, pad_type_id=tokenizer.pad_token_type_id,
-                                         pad_token=tokenizer.pad_token)
-            self._names = [n for n in tokenizer.model_input_names if n in self._FIELDS]
-        else:
-            logger.info("tokenizer %s is not a right-padding fast tokenizer: pairs go through its own call",
-                        type(tokenizer).__name__)
-
-    def __call__(self, pairs: Sequence[Pair], *, max_length: int) -> dict[str, torch.Tensor]:
-        if self._backend is None:
-            enc = self.source([q for q, _ in pairs], [d for _, d in pairs], padding=True, truncation="longest_first",
-                              max_length=max_length, return_tensors="pt")
-            return dict(enc)
-        if max_length != self._max_length:
-            self._backend.enable_truncation(max_length, strategy="longest_first")
-            self._max_length = max_length
-        encodings = self._backend.encode_batch_fast([(q, d) for q, d in pairs])
-        return {name: torch.from_numpy(np.array([getattr(e, self._FIELDS[name]) for e in encodings], dtype=np.int64))
-                for name in self._names}
 
 @dataclass(frozen=True)
 class CrossConfig(RerankerConfig):
@@ -268,9 +222,24 @@ class CrossEncoderReranker(Reranker):
         return dropped
 
     def featurize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
+        return self._finish(self._pair_encoder()(pairs, max_length=self.config.max_length))
+
+    @property
+    def reads_pair_encodings(self) -> bool:
+        return self._pair_encoder().fast
+
+    def pair_encodings(self, pairs: Sequence[Pair]) -> list[Any]:
+        return self._pair_encoder().encode(pairs, max_length=self.config.max_length)
+
+    def featurize_encodings(self, encodings: Sequence[Any]) -> dict[str, torch.Tensor]:
+        return self._finish(self._pair_encoder().tensors(encodings))
+
+    def _pair_encoder(self) -> PairEncoder:
         if self._encoder is None or self._encoder.source is not self.tokenizer:
             self._encoder = PairEncoder(self.tokenizer)
-        features = self._encoder(pairs, max_length=self.config.max_length)
+        return self._encoder
+
+    def _finish(self, features: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         for name in self._drop_inputs:
             features.pop(name, None)
         mask = features.get("attention_mask")

@@ -17,6 +17,7 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -33,6 +34,7 @@ logger = logging.getLogger(__name__)
 class _Job:
     pairs: list[Pair]
     lengths: list[int]
+    encodings: list[Any] | None
     enqueued: float
     deadline: float
     started: asyncio.Future[None]
@@ -95,8 +97,10 @@ class BatchingEngine:
         """Whether :meth:`close` ran (``/health`` answers 503 then)."""
         return self._closed
 
-    async def score(self, pairs: list[Pair], lengths: list[int]) -> np.ndarray:
-        """Raw model scores for ``pairs`` in input order (``lengths``: padded token cost of each pair).
+    async def score(self, pairs: list[Pair], lengths: list[int], *, encodings: list[Any] | None = None) -> np.ndarray:
+        """Raw model scores for ``pairs`` in input order (``lengths``: padded token cost of each pair;
+        ``encodings``: each pair's encoding, ``None`` where the model is to tokenize its text; see
+        :meth:`ForwardPass.launch`).
 
         Raises:
             QueueTimeoutError: the first batch did not start within ``queue_timeout_ms`` (overloaded).
@@ -108,7 +112,7 @@ class BatchingEngine:
             raise ServiceClosedError("the rerank engine is shut down")
         if not pairs:
             return np.empty(0, dtype=np.float32)
-        job = self._enqueue(pairs, lengths)
+        job = self._enqueue(pairs, lengths, encodings)
         timeout = self.settings.queue_timeout_ms / 1000
         try:
             await asyncio.wait_for(asyncio.shield(job.started), timeout=timeout)
@@ -151,11 +155,11 @@ class BatchingEngine:
 
     # -------------------------------------------------------------- collector (event loop)
 
-    def _enqueue(self, pairs: list[Pair], lengths: list[int]) -> _Job:
+    def _enqueue(self, pairs: list[Pair], lengths: list[int], encodings: list[Any] | None) -> _Job:
         self._ensure_started()
         loop = asyncio.get_running_loop()
         now = loop.time()
-        job = _Job(pairs, lengths, now, now + self.settings.queue_timeout_ms / 1000, loop.create_future(), loop.create_future())
+        job = _Job(pairs, lengths, encodings, now, now + self.settings.queue_timeout_ms / 1000, loop.create_future(), loop.create_future())
         self._queue.append(job)
         self._queued_tokens += sum(lengths)
         assert self._wakeup is not None and self._full is not None
@@ -272,7 +276,7 @@ class BatchingEngine:
         job_ids = sorted({it.job for it in members})
         pairs = [jobs[it.job].pairs[it.pos] for it in members]
         try:
-            return _Batch(members, job_ids, self.forward.launch(pairs, requests=len(job_ids)))
+            return _Batch(members, job_ids, self.forward.launch(pairs, encodings=self._encodings(jobs, members), requests=len(job_ids)))
         except ServiceError as exc:
             return _Batch(members, job_ids, exc)
 
@@ -293,13 +297,20 @@ class BatchingEngine:
         for it, s in zip(batch.members, scores, strict=True):
             results[it.job][it.pos] = s
 
+    @staticmethod
+    def _encodings(jobs: list[_Job], members: list[_Item]) -> list[Any] | None:
+        """The members' encodings (``None`` per pair whose job has none; ``None`` if no job has any)."""
+        if all(jobs[j].encodings is None for j in {it.job for it in members}):
+            return None
+        return [None if (encs := jobs[it.job].encodings) is None else encs[it.pos] for it in members]
+
     def _rerun_alone(self, jobs: list[_Job], results: dict[int, np.ndarray], outcome: _RoundOutcome, batch: _Batch) -> None:
         for j in batch.job_ids:
             if j in outcome.errors:
                 continue
             mine = [it for it in batch.members if it.job == j]
             try:
-                own = self.forward.run([jobs[j].pairs[it.pos] for it in mine], requests=1)
+                own = self.forward.run([jobs[j].pairs[it.pos] for it in mine], encodings=self._encodings(jobs, mine), requests=1)
             except ServiceError as exc:
                 outcome.errors[j] = exc
                 continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -66,12 +67,15 @@ class ForwardPass:
             if compiled is not None:
                 self._scores, self.compiled = compiled, True
 
-    def run(self, pairs: list[Pair], *, requests: int, record: bool = True) -> np.ndarray:
+    def run(self, pairs: list[Pair], *, encodings: list[Any] | None = None, requests: int, record: bool = True) -> np.ndarray:
         """Scores of ``pairs``, computed now (featurize, forward, wait for the result)."""
-        return self.collect(self.launch(pairs, requests=requests, record=record))
+        return self.collect(self.launch(pairs, encodings=encodings, requests=requests, record=record))
 
-    def launch(self, pairs: list[Pair], *, requests: int, record: bool = True) -> Launched:
+    def launch(self, pairs: list[Pair], *, encodings: list[Any] | None = None, requests: int, record: bool = True) -> Launched:
         """Featurize ``pairs`` and start their forward pass; on a GPU this returns before it finishes.
+
+        ``encodings``: the pairs' encodings where the caller already tokenized them (the model must read
+        pair encodings); a ``None`` among them is encoded here from its pair's text.
 
         Raises:
             TokenizerError: the model could not featurize the pairs.
@@ -79,7 +83,7 @@ class ForwardPass:
         """
         t0 = time.perf_counter()
         try:
-            features = self.model.featurize(pairs)
+            features = self._featurize(pairs, encodings)
         except Exception as exc:
             self.metrics.failed_batches.inc()
             logger.warning("featurize failed for %d pairs: %s: %s", len(pairs), type(exc).__name__, exc)
@@ -97,6 +101,16 @@ class ForwardPass:
         has_mask = isinstance(mask, torch.Tensor) and isinstance(ids, torch.Tensor) and mask.shape == ids.shape
         real = int(mask.sum()) if has_mask else tokens
         return Launched(scores, len(pairs), requests, tokens, real, t0, record)
+
+    def _featurize(self, pairs: list[Pair], encodings: list[Any] | None) -> dict[str, torch.Tensor]:
+        if encodings is None:
+            return self.model.featurize(pairs)
+        missing = [i for i, e in enumerate(encodings) if e is None]
+        if missing:
+            encodings = list(encodings)
+            for i, e in zip(missing, self.model.pair_encodings([pairs[i] for i in missing]), strict=True):
+                encodings[i] = e
+        return self.model.featurize_encodings(encodings)
 
     def _forward(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
         with torch.inference_mode():

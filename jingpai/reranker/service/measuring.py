@@ -1,7 +1,10 @@
 """Token counts and token-window cuts of texts as the model will see them (:class:`TextMeasure`).
 
 The service measures before it batches: a pair's padded length decides its batch, a document's token
-spans decide where it is cut (truncation) or split (``max-chunks``).
+spans decide where it is cut (truncation) or split (``max-chunks``). For models that read token ids
+(:attr:`~jingpai.reranker.base.Reranker.reads_pair_encodings`) the encodings measured here are also
+joined into the pair's input (:meth:`TextMeasure.join`), so a text is tokenized once, not once to measure
+and again to featurize.
 """
 
 from __future__ import annotations
@@ -11,8 +14,11 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import torch
+
 from jingpai.cjk import HAN_CLASS
-from jingpai.reranker.base import Reranker
+from jingpai.reranker.base import Pair, Reranker
+from jingpai.reranker.pair_encoding import PairEncoder, longest_first
 
 logger = logging.getLogger(__name__)
 
@@ -23,11 +29,16 @@ class TextMeasure:
     Models with a fast Hugging Face tokenizer (``model.tokenizer``) are measured exactly; others use a
     cheap estimate (one token per CJK character, one per Latin word piece of up to 6 letters, one per
     other symbol), which only steers batching and chunking — the model still truncates on its own.
+
+    Args:
+        model: the model whose tokenizer measures.
+        join: hand the measured token ids to a model that reads them (:attr:`joins`); ``False``: the model
+            tokenizes the pairs' text again (what the benchmark compares against).
     """
 
     _UNIT = re.compile(rf"[{HAN_CLASS}]|[^\W{HAN_CLASS}]+|[^\w\s]", re.UNICODE)
 
-    def __init__(self, model: Reranker) -> None:
+    def __init__(self, model: Reranker, *, join: bool = True) -> None:
         tokenizer = getattr(model, "tokenizer", None)
         # an own copy of the Rust tokenizer, without truncation or padding: it keeps per-call state, so
         # sharing it with the worker thread's featurize() would corrupt batches. It is called directly:
@@ -46,6 +57,46 @@ class TextMeasure:
             logger.info("model %s has no fast tokenizer: batch budgets and chunks use estimated token counts", model.name)
             self.pair_overhead = 3
             self.exact = False
+        self.max_length = int(model.config.max_length)
+        # the pair template, on an own copy for this (the preparing) thread
+        self._pairs: PairEncoder | None = None
+        if join and self._tokenizer is not None and model.reads_pair_encodings:
+            self._pairs = PairEncoder(tokenizer)
+            mismatch = self._join_mismatch(model)
+            if mismatch is not None:
+                logger.warning("model %s: joined token ids differ from its featurize() (%s); pairs are tokenized again from text",
+                               model.name, mismatch)
+                self._pairs = None
+
+    @property
+    def joins(self) -> bool:
+        """Whether :meth:`cut_encodings` + :meth:`join` give the model's input (token ids computed once)."""
+        return self._pairs is not None
+
+    def join(self, query: Any, document: Any) -> Any:
+        """The pair's encoding (special tokens, longest-first cut to ``max_length``) from each side's
+        encoding of :meth:`cut_encodings`: what the model's ``pair_encodings`` makes of the two texts."""
+        assert self._pairs is not None, "join() needs a model that reads pair encodings (see joins)"
+        return self._pairs.join(query, document, max_length=self.max_length)
+
+    def _join_mismatch(self, model: Reranker) -> str | None:
+        """Why joined encodings of probe pairs would not be the model's own input (``None``: they are)."""
+        from jingpai.reranker.service.model_copy import PROBE_PAIRS
+
+        probe: list[Pair] = [*PROBE_PAIRS, ("苹果 手机", "苹果公司发布新款 iPhone 手机。" * 80), ("what is bm25 " * 80, "BM25 is a ranking function."), ("", "")]
+        joined = []
+        for query, doc in probe:
+            (q_len, _end, _more, q_enc), = self.cut_encodings([query], cap=1 << 30)
+            # as the service cuts documents (scoring.RerankService._prepare)
+            (_len, _end, _more, d_enc), = self.cut_encodings([doc], cap=max(self.max_length, q_len + 1))
+            if q_enc is None or d_enc is None:
+                return "the tokenizer refused a probe text"
+            joined.append(self.join(q_enc, d_enc))
+        ours, theirs = model.featurize_encodings(joined), model.featurize(probe)
+        if ours.keys() != theirs.keys():
+            return f"inputs {sorted(ours)} against {sorted(theirs)}"
+        bad = [name for name in theirs if not torch.equal(ours[name], theirs[name])]
+        return f"{', '.join(bad)} differ" if bad else None
 
     def spans(self, texts: Sequence[str], *, cap: int) -> list[tuple[list[tuple[int, int]], bool]]:
         """Per text: the (start, end) character spans of its first ``cap`` tokens, and whether it has more.
@@ -131,21 +182,32 @@ class TextMeasure:
 
         What :meth:`spans` says, without building every token's span: the cheap path for truncation.
         """
-        if self._tokenizer is None:
-            return [self._cut_of(*self._estimated_capped(t, cap)) for t in texts]
+        return [(n, end, more) for n, end, more, _enc in self.cut_encodings(texts, cap=cap)]
 
-        def judge(text: str, prefix: str, enc: Any) -> tuple[int, int, bool] | None:
+    def cut_encodings(self, texts: Sequence[str], *, cap: int) -> list[tuple[int, int, bool, Any]]:
+        """:meth:`cuts`, each with the tokenizer's ``Encoding`` of the text's first ``cap`` tokens (no special
+        tokens; ``None`` where the count is estimated), for :meth:`join`."""
+        if self._tokenizer is None:
+            return [(*self._cut_of(*self._estimated_capped(t, cap)), None) for t in texts]
+
+        def judge(text: str, prefix: str, enc: Any) -> tuple[int, int, bool, Any] | None:
             n = len(enc)
             if len(prefix) == len(text):
                 k = min(n, cap)
-                return k, enc.token_to_chars(k - 1)[1] if k else 0, n > cap
-            if n > cap and enc.token_to_chars(cap)[1] <= len(prefix) - 32:
+            elif n > cap and enc.token_to_chars(cap)[1] <= len(prefix) - 32:
                 # token ``cap`` ends well before the cut, so the first ``cap`` are as in the whole text
-                return cap, enc.token_to_chars(cap - 1)[1], True
-            return None
+                k = cap
+            else:
+                return None
+            if n > k:
+                enc.truncate(k)
+            return k, enc.token_to_chars(k - 1)[1] if k else 0, n > cap, enc
+
+        def estimate(text: str) -> tuple[int, int, bool, Any]:
+            return (*self._cut_of(*self._estimated_capped(text, cap)), None)
 
         # CJK text needs about one character per token; Latin text (~4 per token) takes the retry
-        return self._grow(texts, cap + cap // 4 + 64, judge, lambda t: self._cut_of(*self._estimated_capped(t, cap)))
+        return self._grow(texts, cap + cap // 4 + 64, judge, estimate)
 
     @staticmethod
     def _cut_of(spans: list[tuple[int, int]], more: bool) -> tuple[int, int, bool]:
@@ -182,28 +244,6 @@ class TextMeasure:
             if end == len(spans) or len(out) == limit:
                 break
         return out
-
-
-
-def longest_first(query: int, doc: int, budget: int) -> tuple[int, int]:
-    """The (query, document) token counts that longest-first truncation keeps of a pair within ``budget``
-    tokens (Hugging Face tokenizers' rule: the longer side is cut first; cut to halves, the odd token goes to
-    the longer side).
-
-    >>> longest_first(10, 100, 61), longest_first(70, 100, 61), longest_first(5, 6, 61)
-    ((10, 51), (30, 31), (5, 6))
-    """
-    if query + doc <= budget:
-        return query, doc
-    short, long = sorted((query, doc))
-    long_keep = short if short > budget else max(short, budget - short)
-    short_keep = short
-    if short_keep + long_keep > budget:
-        short_keep = budget // 2
-        long_keep = short_keep + budget % 2
-    if query <= doc:  # the query is the "first" (shorter or equal) sequence
-        return min(query, short_keep), min(doc, long_keep)
-    return min(query, long_keep), min(doc, short_keep)
 
 
 __all__ = ["TextMeasure", "longest_first"]

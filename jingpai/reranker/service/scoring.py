@@ -12,7 +12,7 @@ import functools
 import logging
 import math
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -105,43 +105,45 @@ class RerankService:
     def _prepare(
         self, query: str, documents: Sequence[str], *, truncate: bool, chunks: int, doc_tokens: int | None, docs_field: str,
         cut: CutSide = "right",
-    ) -> tuple[list[Pair], list[int], list[int]]:
-        """Pairs to score, their padded lengths, and the document each pair belongs to."""
+    ) -> tuple[list[Pair], list[int], list[int], list[Any] | None]:
+        """Pairs to score, their padded lengths, the document each pair belongs to, and each pair's
+        encoding where its token ids are already known (``None``: the model tokenizes the text)."""
         m = self.measure
         budget = self.max_length - m.pair_overhead
-        q_len = m.lengths([query])[0]  # whole (the query is at most max_query_chars long)
+        # whole (the query is at most max_query_chars long)
+        (q_tokens, _end, q_more, q_enc), = m.cut_encodings([query], cap=1 << 30)
+        q_len = q_tokens + q_more
         if cut == "left" and chunks == 1:
-            return self._prepare_left(query, q_len, documents, truncate=truncate, docs_field=docs_field)
+            return (*self._prepare_left(query, q_len, documents, truncate=truncate, docs_field=docs_field), None)
         # room for a document next to the query (longest-first truncation never cuts the query below
         # half the budget, so neither does chunking)
         room = max(budget - min(q_len, budget // 2), 1)
         stride = max(room - room // 8, 1)
-        # a cut document must stay longer than the query whenever the whole one was: longest-first truncation
-        # gives the odd token to the longer side, so otherwise the pair would differ from the uncut one
-        doc_cap = max(self.max_length, q_len + 1) if doc_tokens is None else min(doc_tokens, self.max_length)
-        if chunks > 1:
-            doc_cap = max(doc_cap, room + stride * (chunks - 1))
-        if doc_tokens is not None:
-            doc_cap = min(doc_cap, doc_tokens)
+        doc_cap = self._doc_cap(q_len, chunks=chunks, doc_tokens=doc_tokens, room=room, stride=stride)
         pairs: list[Pair] = []
         lengths: list[int] = []
         owner: list[int] = []
+        # a document's measured token ids become the pair's input where the model reads them (not chunks:
+        # their windows are new texts)
+        encodings: list[Any] | None = [] if m.joins and chunks == 1 and q_enc is not None else None
         # chunking needs every token's span (of the document's end for cut=left); plain truncation only needs
         # where the kept tokens end
         if chunks > 1:
             measured: list = (m.tail_spans if cut == "left" else m.spans)(documents, cap=doc_cap)
         else:
-            measured = [(None, *kept) for kept in m.cuts(documents, cap=doc_cap)]
+            measured = [(None, *kept) for kept in m.cut_encodings(documents, cap=doc_cap)]
         for i, (doc, measure) in enumerate(zip(documents, measured, strict=True)):
             if chunks > 1:
                 spans, more = measure
                 n_tokens, end = len(spans), (spans[-1][1] if spans else 0)
             else:
-                spans, n_tokens, end, more = measure
+                spans, n_tokens, end, more, d_enc = measure
+                if encodings is not None:
+                    encodings.append(None if d_enc is None else m.join(q_enc, d_enc))
             d_len = n_tokens + more
             if more:
                 # the model would cut the tail anyway (the first max_length tokens decide the truncated
-                # pair); cutting here saves tokenizing it again
+                # pair); cutting here saves tokenizing it again where the model reads the text
                 doc = doc[:end]
                 if doc_tokens is not None and n_tokens == doc_tokens:
                     d_len = doc_tokens
@@ -157,7 +159,16 @@ class RerankService:
             pairs.append((query, doc))
             lengths.append(min(q_len + d_len, budget) + m.pair_overhead)
             owner.append(i)
-        return pairs, lengths, owner
+        return pairs, lengths, owner, encodings
+
+    def _doc_cap(self, q_len: int, *, chunks: int, doc_tokens: int | None, room: int, stride: int) -> int:
+        """Tokens of a document worth measuring: what the pair, or its ``chunks`` windows, can hold."""
+        # a cut document must stay longer than the query whenever the whole one was: longest-first truncation
+        # gives the odd token to the longer side, so otherwise the pair would differ from the uncut one
+        doc_cap = max(self.max_length, q_len + 1) if doc_tokens is None else min(doc_tokens, self.max_length)
+        if chunks > 1:
+            doc_cap = max(doc_cap, room + stride * (chunks - 1))
+        return doc_cap if doc_tokens is None else min(doc_cap, doc_tokens)
 
     def _prepare_left(
         self, query: str, q_len: int, documents: Sequence[str], *, truncate: bool, docs_field: str
@@ -234,8 +245,8 @@ class RerankService:
         prepare = functools.partial(
             self._prepare, query, documents, truncate=truncate, chunks=max_chunks, doc_tokens=doc_tokens, docs_field=docs_field, cut=cut
         )
-        pairs, lengths, owner = await asyncio.get_running_loop().run_in_executor(self._prep, prepare)
-        raw = await self.engine.score(pairs, lengths)
+        pairs, lengths, owner, encodings = await asyncio.get_running_loop().run_in_executor(self._prep, prepare)
+        raw = await self.engine.score(pairs, lengths, encodings=encodings)
         if len(pairs) == len(documents):
             return raw
         best = np.full(len(documents), -np.inf, dtype=np.float32)
