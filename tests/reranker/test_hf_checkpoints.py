@@ -240,6 +240,7 @@ def test_service_serves_a_checkpoint_with_its_own_max_length(checkpoints) -> Non
     with TestClient(create_app(ServiceSettings(model_name="byo", dtype="fp32", warmup=False), model)) as client:
         info = client.get("/info").json()
         assert info["limits"]["max_length"] == 512 and info["architecture"] == "cross" and info["score"] == "probability"
+        assert info["token_ids_once"] is True  # XLM-R's pair template, replayed on the measured ids
         r = client.post("/rerank", json={"query": PAIRS[0][0], "texts": [d for _, d in PAIRS]})
         assert r.status_code == 200, r.text
         assert {rec["index"]: rec["score"] for rec in r.json()} == pytest.approx(dict(enumerate(expected.tolist())), abs=1e-5)

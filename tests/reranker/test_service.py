@@ -579,6 +579,8 @@ def test_measured_token_ids_are_the_models_input_and_texts_are_not_tokenized_aga
     app = create_app(fp32(batch_wait_ms=200), model)
     service = app.state.service
     assert service.measure.joins
+    with TestClient(create_app(fp32(), model)) as client:
+        assert client.get("/info").json()["token_ids_once"] is True
 
     def tokenized_again(*_args, **_kw):
         raise AssertionError("the model tokenized a text the service had measured")

@@ -264,6 +264,8 @@ class Info(BaseModel):
     device: str
     dtype: str
     compiled: bool = Field(False, description="the forward pass runs compiled (torch.compile; the compile setting, when it succeeded)")
+    token_ids_once: bool = Field(
+        False, description="the model reads the token ids the service measured each text with, instead of tokenizing each pair again")
     attention: str | None = None
     score: str
     long_docs: str

@@ -27,6 +27,7 @@ def describe(service: RerankService) -> Info:
         device=str(model.device),
         dtype=service.dtype,
         compiled=service.engine.forward.compiled,
+        token_ids_once=service.measure.joins,
         attention=getattr(hf_config, "_attn_implementation", None),
         score="sigmoid(logit)" if model.num_labels == 1 else "probability",
         long_docs=settings.long_docs,
