@@ -68,6 +68,7 @@ class _Template:
         # the two texts' tokens are the non-special ones (sequence_ids leave the first text's out)
         kept = [i for i, special in enumerate(enc.special_tokens_mask) if not special]
         q_at, d_at = kept[: len(pieces[0])], kept[len(pieces[0]) :]
+
         def whole(at: list[int], piece: Any) -> bool:  # the piece, unchanged, in one run of one type id
             return bool(at) and at == list(range(at[0], at[0] + len(piece))) and ids[at].tolist() == piece.ids and len(set(types[at].tolist())) == 1
 
@@ -139,19 +140,27 @@ class PairEncoder:
         """Rust ``Encoding`` per pair: special tokens added, cut longest-first to ``max_length``, not padded."""
         return self._truncating(max_length).encode_batch_fast([(q, d) for q, d in pairs])
 
-    def join(self, query: Any, document: Any, *, max_length: int) -> Any:
+    def join(self, query: Any, document: Any, *, max_length: int, query_tokens: int | None = None,
+             document_tokens: int | None = None) -> Any:
         """The pair's encoding from each side's own (``add_special_tokens=False``) encoding: what
-        :meth:`encode` makes of the two texts, without tokenizing them again.
+        :meth:`encode` makes of the two texts, without tokenizing them again. ``query_tokens`` /
+        ``document_tokens``: only that many first tokens of the encoding are the text's (the encoding of a
+        longer prefix; ``Encoding.truncate`` would cost more than tokenizing them).
 
         The tokenizer encodes each side of a pair alone, then cuts them longest-first and wraps them in its
         pair template (``Tokenizer.post_process``). Those two steps are replayed here on token ids
         (:class:`JoinedPair`): ``post_process`` itself copies every token's string, offsets and the cut-off
         rest, which cost 80 µs a pair, as long as a forward pass of a small model on a GPU.
         """
+        q_len = len(query) if query_tokens is None else min(query_tokens, len(query))
+        d_len = len(document) if document_tokens is None else min(document_tokens, len(document))
         template = self._learned_template()
         if template is None or max_length <= template.added:
+            for encoding, tokens in ((query, q_len), (document, d_len)):
+                if tokens < len(encoding):
+                    encoding.truncate(tokens)
             return self._truncating(max_length).post_process(query, document, add_special_tokens=True)
-        q_keep, d_keep = longest_first(len(query), len(document), max_length - template.added)
+        q_keep, d_keep = longest_first(q_len, d_len, max_length - template.added)
         return template.join(query.ids[:q_keep], document.ids[:d_keep])
 
     def tensors(self, encodings: Sequence[Any]) -> dict[str, torch.Tensor]:

@@ -84,3 +84,18 @@ def test_a_left_padding_tokenizer_goes_through_its_own_call(tokenizers) -> None:
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], v) for k, v in theirs.items())
     with pytest.raises(TypeError, match="tokenizer BertTokenizer is not a right-padding fast tokenizer with a pad token; call the encoder on text"):
         encoder.encode(PAIRS, max_length=24)
+
+
+@pytest.mark.parametrize("max_length", [3, 24])  # 3: too short for the template, the tokenizer's post_process joins
+def test_only_the_counted_tokens_of_a_longer_encoding_are_joined(tokenizers, max_length: int) -> None:
+    # the rerank service measures a long document on a prefix longer than the tokens it keeps
+    tokenizer = tokenizers["bert"]
+    encoder = PairEncoder(tokenizer)
+    doc = "影响中国GDP增长的因素有哪些" * 4
+    kept = 10
+    (query, longer), = sides(tokenizer, [("苹果 手机", doc)])
+    (_, exact), = sides(tokenizer, [("", doc[:kept])])
+    assert len(longer) > kept and len(exact) == kept
+    counted = encoder.tensors([encoder.join(query, longer, max_length=max_length, document_tokens=kept)])
+    cut = encoder.tensors([encoder.join(query, exact, max_length=max_length)])
+    assert all(torch.equal(counted[k], v) for k, v in cut.items())

@@ -73,11 +73,12 @@ class TextMeasure:
         """Whether :meth:`cut_encodings` + :meth:`join` give the model's input (token ids computed once)."""
         return self._pairs is not None
 
-    def join(self, query: Any, document: Any) -> Any:
+    def join(self, query: tuple[int, Any], document: tuple[int, Any]) -> Any:
         """The pair's encoding (special tokens, longest-first cut to ``max_length``) from each side's
-        encoding of :meth:`cut_encodings`: what the model's ``pair_encodings`` makes of the two texts."""
+        ``(tokens, encoding)`` of :meth:`cut_encodings`: what the model's ``pair_encodings`` makes of the two texts."""
         assert self._pairs is not None, "join() needs a model that reads pair encodings (see joins)"
-        return self._pairs.join(query, document, max_length=self.max_length)
+        (q_tokens, q_enc), (d_tokens, d_enc) = query, document
+        return self._pairs.join(q_enc, d_enc, max_length=self.max_length, query_tokens=q_tokens, document_tokens=d_tokens)
 
     def _join_mismatch(self, model: Reranker) -> str | None:
         """Why joined encodings of probe pairs would not be the model's own input (``None``: they are)."""
@@ -88,10 +89,10 @@ class TextMeasure:
         for query, doc in probe:
             (q_len, _end, _more, q_enc), = self.cut_encodings([query], cap=1 << 30)
             # as the service cuts documents (scoring.RerankService._prepare)
-            (_len, _end, _more, d_enc), = self.cut_encodings([doc], cap=max(self.max_length, q_len + 1))
+            (d_len, _end, _more, d_enc), = self.cut_encodings([doc], cap=max(self.max_length, q_len + 1))
             if q_enc is None or d_enc is None:
                 return "the tokenizer refused a probe text"
-            joined.append(self.join(q_enc, d_enc))
+            joined.append(self.join((q_len, q_enc), (d_len, d_enc)))
         ours, theirs = model.featurize_encodings(joined), model.featurize(probe)
         if ours.keys() != theirs.keys():
             return f"inputs {sorted(ours)} against {sorted(theirs)}"
@@ -185,8 +186,8 @@ class TextMeasure:
         return [(n, end, more) for n, end, more, _enc in self.cut_encodings(texts, cap=cap)]
 
     def cut_encodings(self, texts: Sequence[str], *, cap: int) -> list[tuple[int, int, bool, Any]]:
-        """:meth:`cuts`, each with the tokenizer's ``Encoding`` of the text's first ``cap`` tokens (no special
-        tokens; ``None`` where the count is estimated), for :meth:`join`."""
+        """:meth:`cuts`, each with the tokenizer's ``Encoding`` (no special tokens; ``None`` where the count is
+        estimated) of a prefix of the text whose first ``tokens`` tokens are the text's, for :meth:`join`."""
         if self._tokenizer is None:
             return [(*self._cut_of(*self._estimated_capped(t, cap)), None) for t in texts]
 
@@ -199,8 +200,6 @@ class TextMeasure:
                 k = cap
             else:
                 return None
-            if n > k:
-                enc.truncate(k)
             return k, enc.token_to_chars(k - 1)[1] if k else 0, n > cap, enc
 
         def estimate(text: str) -> tuple[int, int, bool, Any]:

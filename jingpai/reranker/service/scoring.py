@@ -139,7 +139,7 @@ class RerankService:
             else:
                 spans, n_tokens, end, more, d_enc = measure
                 if encodings is not None:
-                    encodings.append(None if d_enc is None else m.join(q_enc, d_enc))
+                    encodings.append(None if d_enc is None else m.join((q_tokens, q_enc), (n_tokens, d_enc)))
             d_len = n_tokens + more
             if more:
                 # the model would cut the tail anyway (the first max_length tokens decide the truncated
