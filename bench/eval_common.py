@@ -38,6 +38,7 @@ FIRST_STAGES: tuple[str, ...] = ("ql", "bm25", "both")
 DATA_KEYS: dict[str, tuple[tuple[str, ...], str]] = {
     "retrieval.lcqmc": (("zh", "lcqmc", "dev.tsv"), "file: q1<TAB>q2<TAB>label (0/1)"),
     "retrieval.afqmc": (("zh", "afqmc", "dev.tsv"), "file: s1<TAB>s2<TAB>label (0/1)"),
+    "retrieval.bq": (("zh", "bq", "dev.tsv"), "file: s1<TAB>s2<TAB>label (0/1)"),
     "qa.trecqa": (("en", "trecqa", "raw-test"), "folder: a.toks, b.toks, sim.txt, id.txt"),
     "qa.wikiqa": (("en", "wikiqa", "dev"), "folder: a.toks, b.toks, sim.txt, id.txt"),
     "microblog.2011": (("en", "microblog", "trec-2011"), "folder: a.toks, b.toks, sim.txt, id.txt (TREC run lines)"),
@@ -379,23 +380,47 @@ def jingpai_cli(*args: str) -> str:
     return proc.stdout
 
 
-def zh_dictionary(settings: ReportSettings) -> Path:
-    """The Chinese dictionary built with ``jingpai dict build``: THUCNews titles (10 news domains) plus
-    AFQMC train questions as a finance customer-service domain (diff-idf of each domain vs the others)."""
-    out = settings.work_dir / "dict-zh"
+#: what each Chinese dictionary of the report is built from (shown in the tables that use it)
+ZH_DICTIONARY_SOURCES = "jingpai dict build: THUCNews titles 10 domains + AFQMC train questions"
+ZH_BQ_DICTIONARY_SOURCES = "jingpai dict build: THUCNews titles 10 domains + BQ train questions"
+
+
+def _zh_domain_dictionary(settings: ReportSettings, out: Path, domain: str, questions: list[str]) -> Path:
+    """``jingpai dict build`` of THUCNews titles (10 news domains) plus ``questions`` as the domain ``domain``
+    (diff-idf of each domain vs the others) into ``out``; an existing build there is reused."""
     if (out / "meta.json").exists():
         return out
-    questions = read_tsv_column(data_path("zh", "afqmc", "train.tsv"), (0, 1))
     # quick mode: a smaller corpus (10k questions, one THUCNews part) keeps the build to seconds
-    afqmc = write_lines(settings.work_dir / "corpora" / "afqmc_train_questions.txt", questions[:10_000] if settings.quick else questions)
+    corpus = write_lines(settings.work_dir / "corpora" / f"{domain}_train_questions.txt", questions[:10_000] if settings.quick else questions)
     titles = data_path("zh", "thucnews_titles")
     parts = ("part1.tsv",) if settings.quick else ("part1.tsv", "part2.tsv")
     jingpai_cli(
         "dict", "build", *[arg for part in parts for arg in ("--labelled", str(titles / part))],
         "--label-column", "1", "--text-column", "0", "--label-names", str(titles / "classes.txt"),
-        "--domain", f"afqmc={afqmc}", "--out", str(out),
+        "--domain", f"{domain}={corpus}", "--out", str(out),
     )
     return out
+
+
+def zh_dictionary(settings: ReportSettings) -> Path:
+    """The Chinese dictionary built with ``jingpai dict build``: THUCNews titles (10 news domains) plus
+    AFQMC train questions as a finance customer-service domain (diff-idf of each domain vs the others).
+    The LCQMC and AFQMC rows and every recipe with ``dictionary="zh"`` use it."""
+    out = settings.work_dir / "dict-zh"
+    if (out / "meta.json").exists():
+        return out
+    return _zh_domain_dictionary(settings, out, "afqmc", read_tsv_column(data_path("zh", "afqmc", "train.tsv"), (0, 1)))
+
+
+def zh_bq_dictionary(settings: ReportSettings) -> Path:
+    """The dictionary of the BQ rows, built like :func:`zh_dictionary` with BQ *train* questions (both
+    columns, distinct) as the bank customer-service domain instead of AFQMC's: each data set's rows
+    augment with a dictionary of their own domain, learnt from training text only (BQ dev is a report split)."""
+    out = settings.work_dir / "dict-zh-bq"
+    if (out / "meta.json").exists():
+        return out
+    questions = list(dict.fromkeys(read_tsv_column(data_path("zh", "bq", "train.tsv"), (0, 1))))
+    return _zh_domain_dictionary(settings, out, "bq", questions)
 
 
 def en_dictionary(settings: ReportSettings) -> Path:

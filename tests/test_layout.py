@@ -6,6 +6,10 @@
 - No module over 400 lines and no function over 60 lines, except where a ``# long:`` comment right
   above the ``def`` says why.
 - Every exception jingpai defines derives from :class:`jingpai.errors.JingpaiError`.
+- No import cycles between jingpai's modules: every ``import`` statement counts, at module level, inside a
+  function or under ``if TYPE_CHECKING:`` (a type a module only annotates with still belongs to a module
+  below it: settings and result types get modules of their own). A module imported by name at run time
+  (the registry's architectures, :data:`jingpai.reranker.base.LOADER`) is no edge.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ import ast
 import importlib
 import inspect
 import pkgutil
+from collections import deque
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -72,6 +78,59 @@ def test_imports_run_one_way() -> None:
             elif target in BACK_EDGES.get(own, ()):
                 bad.append(where)
     assert bad == []
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    """module → {module it imports: line of the first such import}, over every import statement of jingpai's
+    modules (``from package import module`` is an edge to the module)."""
+    paths = {module_name(path): path for path in modules()}
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in paths.items():
+        edges = graph.setdefault(name, {})
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in paths else node.module for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            for target in targets:
+                if target in paths and target != name:
+                    edges.setdefault(target, node.lineno)
+    return graph
+
+
+def shortest_cycle(graph: dict[str, dict[str, int]], start: str) -> list[str] | None:
+    """The shortest import path from ``start`` back to itself (breadth first, no recursion)."""
+    came_from: dict[str, str] = {}
+    queue = deque([start])
+    while queue:
+        node = queue.popleft()
+        for nxt in graph[node]:
+            if nxt == start:
+                path = [node]
+                while path[-1] != start:
+                    path.append(came_from[path[-1]])
+                return [*reversed(path), start]
+            if nxt not in came_from:
+                came_from[nxt] = node
+                queue.append(nxt)
+    return None
+
+
+def test_no_import_cycles() -> None:
+    graph = import_graph()
+    cycles: dict[frozenset[str], str] = {}
+    for name in sorted(graph):
+        cycle = shortest_cycle(graph, name)
+        if cycle is not None and frozenset(cycle) not in cycles:
+            cycles[frozenset(cycle)] = " → ".join(f"{a} (line {graph[a][b]})" for a, b in pairwise(cycle)) + f" → {cycle[-1]}"
+    assert sorted(cycles.values()) == []
 
 
 def long_allowed(lines: list[str], node: ast.AST) -> bool:

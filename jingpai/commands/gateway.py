@@ -57,6 +57,7 @@ _BEHAVIOUR: dict[str, Opt] = _flagged({
                           "(POST /_jingpai/reload rescans it)."),
     "keywords_top_k": Opt(help="Dictionary keywords of a query added to its augmented search."),
     "engine_timeout_s": Opt(help="Seconds a request to the engine may take before the gateway answers 504."),
+    "max_body_depth": Opt(help="Deepest nesting of a JSON body (or NDJSON line: _bulk, _msearch) forwarded; deeper ones get a 400."),
     "meta_ttl_s": Opt(help="Seconds an index's field roles / dictionary version are cached."),
     "fusion": Opt(help="How engine and model scores combine; per index: the indices table of --config."),
     "fusion_weight": Opt(help="The engine's weight in [0, 1] for linear/rrf fusion (the model's is 1 - w)."),

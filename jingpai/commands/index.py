@@ -14,7 +14,7 @@ import click
 
 from jingpai.commands.base import JingpaiGroup
 from jingpai.commands.options import Opt, engine_option, settings_from, settings_options
-from jingpai.indexer.settings import IndexSettings
+from jingpai.indexer.settings import MAX_DEPTH_CEILING, IndexSettings
 from jingpai.indexer.readers import FORMATS
 from jingpai.indexer.spark_settings import SparkIndexSettings
 from jingpai.jobs.entity_settings import EntityScoreSettings
@@ -56,6 +56,9 @@ RUN_OPTIONS: dict[str, Opt] = {
     "max_doc_bytes": Opt(type=click.IntRange(min=1), help="Quarantine documents larger than this as JSON with jingpai's fields."),
     "max_record_bytes": Opt(type=click.IntRange(min=1),
                             help="Quarantine input lines larger than this before parsing them (bounds memory)."),
+    "max_depth": Opt(type=click.IntRange(1, MAX_DEPTH_CEILING),
+                     help="Quarantine JSONL records nested deeper than this (objects and arrays) before parsing them "
+                          "(default: the engines' default index.mapping.depth.limit)."),
     "max_rejected": Opt(type=click.FloatRange(0.0, 1.0),
                         help="Largest share of rejected records for the new index to replace the live one (0.01 = 1%)."),
     "force": Opt(help="Move the alias even if the new index is empty or over --max-rejected."),

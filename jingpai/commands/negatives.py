@@ -33,7 +33,7 @@ RULE_OPTIONS: dict[str, Opt] = {
     "per_query": Opt(type=click.IntRange(min=1)),
     "replace_ratio": Opt(type=click.FloatRange(0, 1), help="Share of queries that also get an entity-replacement negative."),
 }
-SEED_OPTION = {"seed": Opt()}
+SEED_OPTION = {"seed": Opt(), "max_queries": Opt(type=click.IntRange(min=1), help="window strategy: mine at most this many queries.")}
 NEGATIVE_OPTIONS: dict[str, Opt] = {**STRATEGY_OPTION, **FIELD_OPTION, **RULE_OPTIONS, **SEED_OPTION}
 
 
@@ -54,7 +54,7 @@ NEGATIVE_OPTIONS: dict[str, Opt] = {**STRATEGY_OPTION, **FIELD_OPTION, **RULE_OP
 @click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Output TSV: the positives of --data plus the sampled negatives.")
 def negatives(data_path, fmt, engine_url, index_name, build_index, dict_dir, relevant_min, limit, out_path, **values) -> None:
-    """Sample negatives (keyword-overlap + entity replacement, or random) and write training pairs."""
+    """Sample negatives (keyword-overlap + entity replacement, the gateway's window, or random) and write training pairs."""
     from jingpai.reranker.data import read_pairs, write_pairs
 
     try:
@@ -66,6 +66,10 @@ def negatives(data_path, fmt, engine_url, index_name, build_index, dict_dir, rel
             known.setdefault(p.query, set()).add(p.document)
         queries = [p.query for p in pairs]
         pool = list(dict.fromkeys(t for p in pairs for t in (p.query, p.document)))
+        if settings.strategy == "window":
+            _windows(pairs, settings, engine_url=engine_url, index_name=index_name, dict_dir=dict_dir, relevant_min=relevant_min,
+                     out_path=out_path)
+            return
         result = _sample(queries, pool, known, settings, engine_url=engine_url, index_name=index_name, dict_dir=dict_dir,
                          build_index=build_index)
         write_pairs(positives + result.pairs, out_path)
@@ -73,6 +77,28 @@ def negatives(data_path, fmt, engine_url, index_name, build_index, dict_dir, rel
         raise click.ClickException(str(exc)) from exc
     counts = ", ".join(f"{k} {v}" for k, v in sorted(result.stats.items()))
     click.echo(f"wrote {len(positives)} positives and {len(result.pairs)} negatives to {out_path} ({counts})")
+
+
+def _windows(pairs: list, settings: NegativeSettings, *, engine_url: str, index_name: str | None, dict_dir: str | None,
+             relevant_min: float, out_path: Path) -> None:
+    """The ``window`` strategy: every mined query's labelled pairs and its clean window negatives, grouped by query."""
+    from jingpai.engine.client import connect
+    from jingpai.jobs.windows import WindowSettings, mine_windows
+    from jingpai.keyword_dict import Dictionary
+    from jingpai.reranker.data import write_pairs
+
+    if index_name is None or dict_dir is None:
+        raise click.UsageError("the window strategy needs --index (the alias it builds or reuses) and --dict")
+    engine = connect(engine_url)
+    try:
+        result = mine_windows(pairs, engine=engine, dictionary=Dictionary.load(dict_dir), settings=WindowSettings(
+            index=index_name, window=settings.candidates, per_query=settings.per_query, max_queries=settings.max_queries,
+            relevant_min=relevant_min, seed=settings.seed))
+    finally:
+        engine.close()
+    write_pairs(result.pairs, out_path)
+    counts = ", ".join(f"{k} {v}" for k, v in result.stats.items())
+    click.echo(f"wrote {len(result.pairs)} pairs to {out_path} ({counts})")
 
 
 def _sample(queries: list[str], pool: list[str], known: dict[str, set[str]], settings: NegativeSettings, *, engine_url: str,

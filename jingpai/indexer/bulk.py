@@ -24,7 +24,8 @@ from jingpai.indexer.checks import alias_state, is_refusal, item_error, item_kin
 from jingpai.indexer.quarantine import Quarantine
 
 if TYPE_CHECKING:
-    from jingpai.indexer.pipeline import IndexReport, IndexSettings
+    from jingpai.indexer.report import IndexReport
+    from jingpai.indexer.settings import IndexSettings
 
 logger = logging.getLogger(__name__)
 

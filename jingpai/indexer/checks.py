@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from jingpai.engine.client import Engine
     from jingpai.indexer.mapping import IndexMeta
-    from jingpai.indexer.pipeline import IndexReport, IndexSettings
+    from jingpai.indexer.report import IndexReport
+    from jingpai.indexer.settings import IndexSettings
 
 
 def item_error(item: dict) -> str:

@@ -17,7 +17,7 @@ from jingpai.errors import UserError
 from jingpai.indexer.mapping import META_KEY, IndexMeta, encode_weights
 
 if TYPE_CHECKING:
-    from jingpai.indexer.pipeline import IndexSettings
+    from jingpai.indexer.settings import IndexSettings
     from jingpai.keyword_dict import Dictionary, KeywordExtractor, Segmenter
 
 

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,8 +28,9 @@ from jingpai.indexer.checks import REFUSAL_TYPES, alias_state, check_build, is_r
 from jingpai.indexer.documents import DocumentBuilder, Rejection
 from jingpai.indexer.mapping import IndexMeta, NotAJingpaiIndexError, build_mapping, engine_encodings, read_meta
 from jingpai.indexer.quarantine import Quarantine
-from jingpai.indexer.settings import IndexSettings
 from jingpai.indexer.readers import BadRecord, SourceRecord, read_corpus
+from jingpai.indexer.report import IndexReport
+from jingpai.indexer.settings import IndexSettings
 from jingpai.indexer.versions import choose_physical_index
 
 if TYPE_CHECKING:
@@ -49,50 +50,6 @@ class BuildCheckError(IndexingError, UserError):
     def __init__(self, message: str, report: IndexReport) -> None:
         super().__init__(message)
         self.report = report
-
-
-@dataclass
-class IndexReport:
-    """What one run did."""
-
-    alias: str
-    physical_index: str
-    read: int = 0
-    indexed: int = 0
-    rejected: int = 0
-    seconds: float = 0.0
-    quarantine_file: Path | None = None
-    alias_swapped: bool = False
-    reasons: dict[str, int] = field(default_factory=dict)
-    first_lines: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
-    run_id: str = ""
-    check_failure: str | None = None
-
-    @property
-    def docs_per_s(self) -> float:
-        return self.indexed / self.seconds if self.seconds > 0 else 0.0
-
-    def summary(self) -> str:
-        return (
-            f"read {self.read} / indexed {self.indexed} / rejected {self.rejected} / "
-            f"{self.seconds:.1f} s / {self.docs_per_s:.0f} docs/s → {self.physical_index} (alias {self.alias})"
-        )
-
-    def rejections(self, *, examples: int = 5) -> str:
-        """The rejections grouped by reason, one line each with its count and first line numbers
-        (empty when nothing was rejected)."""
-        if not self.rejected:
-            return ""
-        sources = {src for lines in self.first_lines.values() for src, _ in lines}
-        rows = [f"{self.rejected} rejected records appended to {self.quarantine_file} (run {self.run_id}):"]
-        for kind, count in sorted(self.reasons.items(), key=lambda kv: (-kv[1], kv[0])):
-            where = [
-                f"{Path(src).name}:{line}" if len(sources) > 1 else str(line)
-                for src, line in self.first_lines.get(kind, [])[:examples]
-            ]
-            more = ", …" if count > len(where) else ""
-            rows.append(f"  {count:>7} × {kind} (line {', '.join(where)}{more})")
-        return "\n".join(rows)
 
 
 @dataclass(frozen=True)
@@ -209,7 +166,7 @@ def _check_sources(paths: Sequence[str | Path], settings: IndexSettings) -> None
 def _records(path: str | Path, settings: IndexSettings) -> Iterator[SourceRecord | BadRecord]:
     return read_corpus(
         path, fmt=settings.fmt, columns=settings.columns, text_fields=settings.text_fields,
-        max_record_bytes=settings.max_record_bytes,
+        max_record_bytes=settings.max_record_bytes, max_depth=settings.max_depth,
     )
 
 

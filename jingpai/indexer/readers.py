@@ -17,6 +17,7 @@ from typing import Literal
 
 from jingpai.cjk import has_han
 from jingpai.errors import UserError
+from jingpai.nesting import deeper_than
 from jingpai.textio import LineTooLong, UndecodableLine, numbered_lines
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,14 @@ DEFAULT_MAX_RECORD_BYTES = 2_000_000
 size in memory (a 48 MB line took 1.8 GB), and the document built from it is about 2.3 times its size,
 so a record under this limit also fits the default ``--max-doc-bytes`` of 5 MB."""
 
+DEFAULT_MAX_DEPTH = 20
+"""Records nested deeper than this (objects and arrays) are quarantined before they are parsed: the
+engines' default ``index.mapping.depth.limit``, so a record under it never creates a mapping the engine
+refuses, and far below the ~1,000 levels where ``json.loads`` raises ``RecursionError`` (and the
+thousands where an engine's parser overflows its stack)."""
+
 OVERSIZED = "record over --max-record-bytes"
+TOO_DEEP = "record nested deeper than --max-depth"
 NOT_UTF8 = "not valid UTF-8"
 LOOKS_GB18030 = "not valid UTF-8, decodes as GB18030 (convert the file: iconv -f GB18030 -t UTF-8)"
 
@@ -124,25 +132,40 @@ def _looks_gb18030(raw: bytes) -> bool:
     return has_cjk and not any(ch < " " and ch != "\t" for ch in text)
 
 
-def read_jsonl(path: Path, *, max_record_bytes: int | None = None) -> Iterator[SourceRecord | BadRecord]:
+def read_jsonl(
+    path: Path, *, max_record_bytes: int | None = None, max_depth: int = DEFAULT_MAX_DEPTH,
+) -> Iterator[SourceRecord | BadRecord]:
     for number, text, raw in _lines(path, max_record_bytes):
         if text is None:
             assert isinstance(raw, BadRecord)
             yield raw
             continue
-        record = jsonl_record(str(path), number, text, len(raw))
+        record = jsonl_record(str(path), number, text, len(raw), max_depth=max_depth)
         if record is not None:
             yield record
 
 
-def jsonl_record(source: str, number: int, text: str, size: int) -> SourceRecord | BadRecord | None:
-    """The record of one decoded JSONL line (``None`` for a blank line: layout, not a record)."""
+def jsonl_record(
+    source: str, number: int, text: str, size: int, *, max_depth: int = DEFAULT_MAX_DEPTH,
+) -> SourceRecord | BadRecord | None:
+    """The record of one decoded JSONL line (``None`` for a blank line: layout, not a record).
+
+    A line nested deeper than ``max_depth`` is a :class:`BadRecord` without being parsed: its depth is
+    measured on the text, iteratively (:func:`jingpai.nesting.deeper_than`)."""
     if not text.strip():
         return None
+    deep = deeper_than(text, max_depth)
+    if deep is not None:
+        reason = f"record is nested {deep.depth} levels deep (objects and arrays), over the limit of {max_depth} (--max-depth)"
+        return BadRecord(source, number, text, reason, TOO_DEEP)
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         return BadRecord(source, number, text, f"malformed JSON: {exc.msg} at column {exc.colno}")
+    except RecursionError:
+        # only with a --max-depth above what Python's parser can take (about 1,000 levels)
+        logger.warning("%s:%d: json.loads ran out of stack under --max-depth %d; quarantined", source, number, max_depth)
+        return BadRecord(source, number, text, f"record is nested too deeply for the JSON parser (--max-depth {max_depth} allows it)", TOO_DEEP)
     if not isinstance(value, dict):
         return BadRecord(source, number, text, f"expected a JSON object, got {type(value).__name__}")
     return SourceRecord(source, number, value, size)
@@ -246,6 +269,7 @@ def read_corpus(
     columns: Sequence[str] | None = None,
     text_fields: Sequence[str] | None = None,
     max_record_bytes: int | None = None,
+    max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> Iterator[SourceRecord | BadRecord]:
     """Records of one corpus file.
 
@@ -257,6 +281,8 @@ def read_corpus(
             :func:`read_delimited`).
         max_record_bytes: lines longer than this come out as a :class:`BadRecord` quoting their
             size, before any parsing (``None``: no limit).
+        max_depth: JSONL lines nested deeper than this (objects and arrays) come out as a
+            :class:`BadRecord` naming their depth, before any parsing. CSV/TSV fields are flat text.
 
     Raises:
         CorpusError: the file is missing, its format is unknown, or its header is unusable.
@@ -272,7 +298,7 @@ def read_corpus(
     if fmt == "jsonl":
         if columns:
             raise CorpusError("--columns applies to csv/tsv corpora, not jsonl")
-        yield from read_jsonl(path, max_record_bytes=max_record_bytes)
+        yield from read_jsonl(path, max_record_bytes=max_record_bytes, max_depth=max_depth)
     else:
         yield from read_delimited(
             path, delimiter="," if fmt == "csv" else "\t", columns=columns, text_fields=text_fields,
@@ -281,6 +307,7 @@ def read_corpus(
 
 
 __all__ = [
+    "DEFAULT_MAX_DEPTH",
     "DEFAULT_MAX_RECORD_BYTES",
     "FORMATS",
     "BadRecord",

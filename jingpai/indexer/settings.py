@@ -10,9 +10,13 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from jingpai.indexer.readers import DEFAULT_MAX_RECORD_BYTES, CorpusFormat
+from jingpai.indexer.readers import DEFAULT_MAX_DEPTH, DEFAULT_MAX_RECORD_BYTES, CorpusFormat
 
 logger = logging.getLogger(__name__)
+
+MAX_DEPTH_CEILING = 500
+"""The deepest ``max_depth`` allowed: records are parsed and encoded again by Python's recursive ``json``,
+which gives up near 1,000 levels."""
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,9 @@ class IndexSettings:
         max_doc_bytes: documents larger than this (as JSON, with jingpai's fields) are quarantined.
         max_record_bytes: input lines longer than this are quarantined before they are parsed,
             segmented or augmented (which takes tens of times their size in memory).
+        max_depth: JSONL records nested deeper than this (objects and arrays) are quarantined before
+            they are parsed; the default is the engines' default ``index.mapping.depth.limit``
+            (:data:`~jingpai.indexer.readers.DEFAULT_MAX_DEPTH`). At most :data:`MAX_DEPTH_CEILING`.
         max_rejected: largest share of the records read that may be quarantined (0.01: 1 %) for the
             new physical index to replace the live one.
         force: move the alias even when the new index fails :func:`check_build`.
@@ -52,6 +59,7 @@ class IndexSettings:
     batch_size: int = 500
     max_doc_bytes: int = 5_000_000
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES
+    max_depth: int = DEFAULT_MAX_DEPTH
     max_rejected: float = 0.01
     force: bool = False
     keywords_top_k: int = 20
@@ -72,10 +80,12 @@ class IndexSettings:
             raise ValueError(f"concurrency (bulk requests in flight) must be >= 1, got {self.concurrency}")
         if self.max_record_bytes < 1:
             raise ValueError(f"max record bytes must be >= 1, got {self.max_record_bytes}")
+        if not 1 <= self.max_depth <= MAX_DEPTH_CEILING:
+            raise ValueError(f"max depth must be between 1 and {MAX_DEPTH_CEILING} levels, got {self.max_depth}")
         if not 0.0 <= self.max_rejected <= 1.0:
             raise ValueError(f"max rejected must be a share between 0 and 1 (0.01 = 1%), got {self.max_rejected}")
         if self.id_field in self.text_fields:
             logger.info("id field %r is also a text field", self.id_field)
 
 
-__all__ = ["IndexSettings"]
+__all__ = ["MAX_DEPTH_CEILING", "IndexSettings"]

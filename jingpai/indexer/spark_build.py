@@ -73,7 +73,7 @@ class PartitionJob:
     def outcomes(self, rows: Iterator[tuple[str, int, bytes]]) -> Iterator[tuple[tuple, dict | None]]:
         """``(tagged row, the record's fields for a document)`` of one partition's lines."""
         builder = self.builder()
-        for rec in records(rows, self.files, self.settings.max_record_bytes):
+        for rec in records(rows, self.files, self.settings.max_record_bytes, self.settings.max_depth):
             if isinstance(rec, BadRecord):
                 item = entry(self.run_id, rec.source, rec.line, rec.raw, rec.reason, raw_bytes=rec.raw_bytes)
                 yield ("bad", item, rec.kind), None
@@ -105,7 +105,7 @@ class BulkPartition:
     def __call__(self, rows: Iterator[tuple[str, int, bytes]]) -> Iterator[tuple]:
         from jingpai.engine.client import connect
         from jingpai.indexer.bulk import BulkWriter
-        from jingpai.indexer.pipeline import IndexReport
+        from jingpai.indexer.report import IndexReport
 
         settings = replace(self.job.settings, progress=False)
         quarantine = QuarantineBuffer(run_id=self.job.run_id)

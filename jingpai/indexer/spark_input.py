@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
 from jingpai.indexer.readers import (
-    BadRecord, CorpusError, CorpusFormat, SourceRecord, decode_line, delimited_record, detect_format, jsonl_record,
-    parse_header,
+    DEFAULT_MAX_DEPTH, BadRecord, CorpusError, CorpusFormat, SourceRecord, decode_line, delimited_record, detect_format,
+    jsonl_record, parse_header,
 )
 from jingpai.indexer.settings import IndexSettings
 
@@ -268,6 +268,7 @@ def _numbered(rows: Iterator[tuple[str, int, bytes]], starts: dict[tuple[str, in
 
 def records(
     rows: Iterator[tuple[str, int, bytes]], files: dict[str, InputFile], max_record_bytes: int,
+    max_depth: int = DEFAULT_MAX_DEPTH,
 ) -> Iterator[SourceRecord | BadRecord]:
     """The records of one partition's numbered lines, as the local reader makes them."""
     for path, number, raw in rows:
@@ -280,7 +281,7 @@ def records(
             continue
         size = len(raw.rstrip(b"\r\n"))
         if file.fmt == "jsonl":
-            record = jsonl_record(file.source, number, text, size)
+            record = jsonl_record(file.source, number, text, size, max_depth=max_depth)
         else:
             assert file.header is not None
             delimiter = "," if file.fmt == "csv" else "\t"

@@ -1,8 +1,9 @@
 """``jingpai demo``: engine → dictionary → index → reranker → gateway + UI, in one process.
 
 :func:`start_demo` runs the steps and returns a running :class:`DemoStack`; :func:`run_demo` does the same
-and then waits for a stop event (the CLI sets it on Ctrl-C / SIGTERM) and shuts everything down — the
-engine too when the demo started it.
+and then watches its parts until a stop event (the CLI sets it on Ctrl-C / SIGTERM) and shuts everything
+down — the engine too when the demo started it. A part that dies meanwhile ends the demo with a
+:class:`DemoError` naming it and its log (:mod:`jingpai.jobs.demo_watch`).
 
 Steps (each reported through ``echo``):
 
@@ -54,6 +55,7 @@ from jingpai.jobs.demo_data import (
     read_jsonl_or_records,
 )
 from jingpai.jobs.demo_settings import DemoError, DemoSettings, Echo
+from jingpai.jobs.demo_watch import parts, watch
 from jingpai.serving import ServerStartError, ServerThread
 
 logger = logging.getLogger(__name__)
@@ -288,7 +290,12 @@ def start_demo(settings: DemoSettings, *, echo: Echo = print) -> DemoStack:
 
 
 def run_demo(settings: DemoSettings, *, stop: threading.Event, echo: Echo = print, on_ready: Callable[[DemoStack], None] | None = None) -> None:
-    """:func:`start_demo`, print the UI URL, wait until ``stop`` is set, shut everything down."""
+    """:func:`start_demo`, print the UI URL, watch the parts until ``stop`` is set, shut everything down.
+
+    Raises:
+        DemoError: a step failed, or a part the demo started died while it ran (:mod:`jingpai.jobs.demo_watch`:
+            the message names the part and its log); the other parts are stopped first.
+    """
     stack = start_demo(settings, echo=echo)
     try:
         echo("")
@@ -296,8 +303,7 @@ def run_demo(settings: DemoSettings, *, stop: threading.Event, echo: Echo = prin
         echo(f"  try 「360公司」 or 「苹果 手机」 on index {stack.indices[-1]}; Ctrl-C stops everything")
         if on_ready is not None:
             on_ready(stack)
-        while not stop.wait(0.5):
-            pass
+        watch(parts(stack.engine_settings, stack.engine_url, [stack.reranker, stack.gateway]), stop)
     finally:
         echo("shutting down…")
         stack.stop(echo)

@@ -70,6 +70,13 @@ class GatewaySettings:
         weight_boost: boost of the added keyword-weight clause (0: not added). The three boosts' defaults
             are measured (:data:`jingpai.plugin.augment.SEG_BOOST` and its neighbours say where).
         engine_timeout_s: timeout of requests forwarded to the engine.
+        max_body_depth: deepest nesting (objects and arrays) of a JSON request body, or of one line of an
+            NDJSON body (``_bulk``, ``_msearch``), that the gateway forwards; a deeper one is answered 400
+            without reaching the engine (OpenSearch 2.19 dies of a ``StackOverflowError`` on a ``_bulk``
+            document nested 5,000 deep). The default sits above everything the engines accept from a
+            client: documents are limited to ``index.mapping.depth.limit`` (20) objects, and Elasticsearch
+            8's deepest ``bool`` query (``indices.query.bool.max_nested_depth``: 30) nests about 92 levels
+            (3 per ``bool``: the query, its ``must`` array, the clause).
         meta_ttl_s: how long an index's ``_meta`` (field roles, dictionary version) is cached; an
             alias swap to a new dictionary version is seen after at most this long.
         fusion: how the engine's and the model's scores combine (:mod:`jingpai.reranker.fusion`):
@@ -104,6 +111,7 @@ class GatewaySettings:
     keyword_boost: float = KEYWORD_BOOST
     weight_boost: float = WEIGHT_BOOST
     engine_timeout_s: float = 120.0
+    max_body_depth: int = 100
     meta_ttl_s: float = 30.0
     # the fusion defaults are FusionSpec's, defined once there
     fusion: FusionMode = FusionSpec.mode
@@ -119,7 +127,7 @@ class GatewaySettings:
         if self.mode not in GATEWAY_MODES:
             raise GatewayConfigError(f"mode must be one of {', '.join(GATEWAY_MODES)}, got {self.mode!r}")
         for name in ("window", "max_window", "doc_chars", "timeout_ms", "breaker_failures", "keywords_top_k", "rerank_concurrency",
-                     "msearch_rerank_concurrency"):
+                     "msearch_rerank_concurrency", "max_body_depth"):
             if getattr(self, name) < 1:
                 raise GatewayConfigError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         if self.window > self.max_window:
@@ -185,6 +193,7 @@ CLI_FLAGS: dict[str, str] = {
     "dict_root": "--dict-root",
     "keywords_top_k": "--keywords-top-k",
     "engine_timeout_s": "--engine-timeout-s",
+    "max_body_depth": "--max-body-depth",
     "meta_ttl_s": "--meta-ttl-s",
     "fusion": "--fusion",
     "fusion_weight": "--fusion-weight",

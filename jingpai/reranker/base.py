@@ -18,6 +18,7 @@ is (:mod:`jingpai.reranker.hf_checkpoint`).
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 from abc import ABC, abstractmethod
@@ -36,6 +37,9 @@ logger = logging.getLogger(__name__)
 
 MODEL_FILE = "jingpai_model.json"
 WEIGHTS_FILE = "model.pt"
+#: the module :meth:`Reranker.load` hands a directory to, imported by name on first use (as the registry
+#: imports the architectures): it imports the models and the checkpoint loader, which all import this module
+LOADER = "jingpai.reranker.loading"
 
 Pair = tuple[str, str]
 
@@ -137,6 +141,15 @@ class Reranker(ABC):
             TypeError: the model builds its inputs from text only (:attr:`reads_pair_encodings` is false).
         """
         raise TypeError(f"model {self.name} builds its inputs from text only; call featurize()")
+
+    def use_logit_scores(self) -> bool:
+        """Make :meth:`scores` return the logit whose sigmoid it returns now (``num_labels`` becomes 1), where
+        the model computes its score that way; returns whether it changed. The rerank service calls it on its
+        own copy: the default answer (the sigmoid) stays the same, and ``raw_scores: true`` gets the logit,
+        as TEI gives it. A model whose score is a probability of another kind (a softmax over levels) keeps
+        it and returns ``False``, the default here.
+        """
+        return False
 
     def save_assets(self, directory: Path) -> None:
         """Write tokenizer / vocabulary / other files needed to rebuild the model (not the weights)."""
@@ -242,26 +255,7 @@ class Reranker(ABC):
         Raises:
             ModelLoadError: the directory is none of these, lacks files, or names an unknown architecture.
         """
-        from jingpai.reranker import hf_checkpoint, registry
+        return importlib.import_module(LOADER).load(directory, expected=cls, device=device)
 
-        path = Path(directory)
-        found = hf_checkpoint.detect(path)
-        logger.info("loading %s with the %s loader: %s", path, found.loader, found.reason)
-        if found.loader != "jingpai":
-            hf_cls = registry.get("cross")
-            if cls is not Reranker and not issubclass(hf_cls, cls):
-                raise ModelLoadError(f"{path} holds a Hugging Face cross-encoder (loaded as 'cross'), not {cls.name!r}")
-            return hf_checkpoint.load(found, device=device)
-        meta = json.loads((path / MODEL_FILE).read_text())
-        model_cls = registry.get(meta["architecture"])
-        if cls is not Reranker and not issubclass(model_cls, cls):
-            raise ModelLoadError(f"{path} holds a {meta['architecture']!r} model, not {cls.name!r}")
-        config = model_cls.config_class.from_dict(meta["config"])
-        model = model_cls.from_assets(config, path, device=device)
-        state = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
-        model.net.load_state_dict(state)
-        model.net.to(model.device)
-        model.keyword_dict_version = meta.get("keyword_dict_version")
-        return model
 
-__all__ = ["ModelLoadError", "Pair", "RankResult", "Reranker", "RerankerConfig"]
+__all__ = ["LOADER", "MODEL_FILE", "WEIGHTS_FILE", "ModelLoadError", "Pair", "RankResult", "Reranker", "RerankerConfig"]

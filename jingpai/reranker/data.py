@@ -16,7 +16,7 @@ Formats (``format=``):
 - ``auto``: picked from the path (folder → ``qa``/``microblog`` by the shape of ``id.txt``;
   ``.jsonl`` → ``sohu``; a TSV whose first line is a ``id sentence1 …`` header → ``pawsx``; one whose third
   column is an NLI label word → ``nli``; otherwise
-  ``pairs``, or ``stsb`` when a label is a score above 1).
+  ``pairs``, or ``stsb`` when over a quarter of the labels in its first 200 lines are scores above 1).
 
 Labels (``label_mode=``): ``raw`` keeps the value; ``levels3`` buckets graded scores on the 0-5 scale
 into 0 (0-1, irrelevant), 1 (2-3, partial), 2 (4-5, relevant) — binary labels map to 0 and 2;
@@ -98,9 +98,12 @@ def convert_label(score: float, *, scale: float, label_mode: LabelMode) -> float
 
 def _number(text: str, where: str, what: str) -> float:
     try:
-        return float(text)
+        value = float(text)
     except ValueError as exc:
         raise DataFormatError(f"{where}: {what} must be a number, got {text!r}") from exc
+    if value != value or value in (float("inf"), float("-inf")):  # float() reads "nan"/"inf": no label is either
+        raise DataFormatError(f"{where}: {what} must be a finite number, got {text!r}")
+    return value
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
@@ -111,7 +114,11 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
         yield line.number, line.require()
 
 
-def _read_tsv(path: Path, fmt: str) -> Iterator[tuple[str, str, float, str | None]]:
+#: one row of a reader: ``(s1, s2, label, qid, docid, "file:line")``
+_Row = tuple[str, str, float, str | None, str | None, str]
+
+
+def _read_tsv(path: Path, fmt: str) -> Iterator[_Row]:
     header = fmt == "pawsx"
     columns = 4 if header else 3
     names = "id, sentence1, sentence2, label" if header else ("s1, s2, score" if fmt == "stsb" else "s1, s2, label")
@@ -128,10 +135,10 @@ def _read_tsv(path: Path, fmt: str) -> Iterator[tuple[str, str, float, str | Non
             raise DataFormatError(f"{where}: expected {columns} tab-separated columns ({names}), found {len(parts)}")
         docid = parts[0] if header else None
         s1, s2, label = parts[-3:]
-        yield s1, s2, _number(label, where, "label"), docid
+        yield s1, s2, _number(label, where, "label"), None, docid, where
 
 
-def _read_nli(path: Path) -> Iterator[tuple[str, str, float, str | None]]:
+def _read_nli(path: Path) -> Iterator[_Row]:
     skipped = 0
     for number, line in _lines(path):
         if not line.strip():
@@ -147,12 +154,12 @@ def _read_nli(path: Path) -> Iterator[tuple[str, str, float, str | None]]:
         if label is None:
             skipped += 1
             continue
-        yield parts[0], parts[1], label, None
+        yield parts[0], parts[1], label, None, None, where
     if skipped:
         logger.info("%s: skipped %d neutral NLI pairs (neither match nor mismatch)", path, skipped)
 
 
-def _read_sohu(path: Path) -> Iterator[tuple[str, str, float, str | None]]:
+def _read_sohu(path: Path) -> Iterator[_Row]:
     for number, line in _lines(path):
         where = f"{path}:{number}"
         if not line.strip():
@@ -169,10 +176,10 @@ def _read_sohu(path: Path) -> Iterator[tuple[str, str, float, str | None]]:
         s1, s2 = record["sentence1"], record["sentence2"]
         if not isinstance(s1, str) or not isinstance(s2, str):
             raise DataFormatError(f"{where}: sentence1 and sentence2 must be strings")
-        yield s1, s2, _number(str(record["label"]), where, "label"), None
+        yield s1, s2, _number(str(record["label"]), where, "label"), None, None, where
 
 
-def _read_qa(folder: Path, fmt: str) -> Iterator[tuple[str, str, float, str | None, str | None]]:
+def _read_qa(folder: Path, fmt: str) -> Iterator[_Row]:
     missing = [name for name in QA_FILES if not (folder / name).is_file()]
     if missing:
         raise DataFormatError(f"{folder}: missing {', '.join(missing)}; a {fmt} folder needs {', '.join(QA_FILES)}")
@@ -193,8 +200,8 @@ def _read_qa(folder: Path, fmt: str) -> Iterator[tuple[str, str, float, str | No
             qid, docid = fields[0], fields[2]
         else:
             raise DataFormatError(f"{where}: expected 'qid' or 'qid 0 docid rel', found {len(fields)} fields")
-        label = _number(sim.strip(), f"{folder / 'sim.txt'}:{i + 1}", "label")
-        yield a.strip(), b.strip(), label, qid, docid
+        label_at = f"{folder / 'sim.txt'}:{i + 1}"
+        yield a.strip(), b.strip(), _number(sim.strip(), label_at, "label"), qid, docid, label_at
 
 
 def detect_format(path: str | Path) -> str:
@@ -215,19 +222,25 @@ def detect_format(path: str | Path) -> str:
         raise DataFormatError(f"{p} does not exist")
     if p.suffix == ".jsonl":
         return "sohu"
-    with p.open(encoding="utf-8") as fh:
+    # undecodable bytes are the reader's to report (with their line), not the detector's
+    with p.open(encoding="utf-8", errors="replace") as fh:
         head = [line.rstrip("\r\n") for _, line in zip(range(200), fh, strict=False)]
     if head and head[0].lower().startswith("id\t"):
         return "pawsx"
     if head and all(line.split("\t")[-1].strip().lower() in NLI_LABELS for line in head if line.strip()):
         return "nli"
+    labels: list[float] = []
     for line in head:
         parts = line.split("\t")
         try:
-            if len(parts) == 3 and float(parts[2]) > 1:
-                return "stsb"
+            if len(parts) == 3:
+                labels.append(float(parts[2]))
         except ValueError:
             continue
+    # graded scores when over a quarter of the labels lie above 1 (STS-B: 55-75 %): one stray "2" in a 0/1
+    # file is a bad label, reported with its line by the reader, not a reason to read every label as a 0-5 score
+    if 4 * sum(label > 1 for label in labels) > len(labels):
+        return "stsb"
     return "pairs"
 
 
@@ -261,17 +274,17 @@ def read_pairs(
     if fmt in ("qa", "microblog"):
         if not p.is_dir():
             raise DataFormatError(f"{p}: format {fmt!r} expects a folder with {', '.join(QA_FILES)}")
-        rows: Iterable[tuple[str, str, float, str | None, str | None]] = _read_qa(p, fmt)
+        rows: Iterable[_Row] = _read_qa(p, fmt)
     else:
         if not p.is_file():
             raise DataFormatError(f"{p}: format {fmt!r} expects a file, and none exists there")
-        plain = _read_sohu(p) if fmt == "sohu" else _read_nli(p) if fmt == "nli" else _read_tsv(p, fmt)
-        rows = ((s1, s2, label, None, docid) for s1, s2, label, docid in plain)
+        rows = _read_sohu(p) if fmt == "sohu" else _read_nli(p) if fmt == "nli" else _read_tsv(p, fmt)
     scale = SCALE[fmt]
     out: list[LabeledPair] = []
-    for s1, s2, label, qid, docid in rows:
+    for s1, s2, label, qid, docid, where in rows:
         if label < 0 or label > scale:
-            raise DataFormatError(f"{p}: pair {len(out) + 1}: label {label:g} is outside 0..{scale:g} for format {fmt!r}")
+            hint = "; graded 0-5 scores are read with --format stsb" if fmt == "pairs" else ""
+            raise DataFormatError(f"{where}: label {label:g} is outside 0..{scale:g} for format {fmt!r}{hint}")
         out.append(LabeledPair(s1, s2, convert_label(label, scale=scale, label_mode=label_mode), qid, docid))
         if limit is not None and len(out) >= limit:
             break

@@ -39,19 +39,22 @@ class EvaluationError(UserError, ValueError):
     """Inputs to an evaluation do not fit together (lengths, empty data, unreadable TREC files)."""
 
 
-def _measures(cutoffs: Sequence[int]) -> dict[str, object]:
-    from ir_measures import AP, RR, P, nDCG
+def _measures(cutoffs: Sequence[int], *, success: bool = False) -> dict[str, object]:
+    from ir_measures import AP, RR, P, Success, nDCG
 
     named: dict[str, object] = {"MAP": AP, "MRR": RR, "nDCG@10": nDCG @ 10}
     for k in cutoffs:
         named[f"P@{k}"] = P @ k
+    if success:
+        for k in cutoffs:
+            named[f"Success@{k}"] = Success @ k
     return named
 
 
-def _ranking(qrels: list, run: list, cutoffs: Sequence[int]) -> dict[str, float]:
+def _ranking(qrels: list, run: list, cutoffs: Sequence[int], *, success: bool = False) -> dict[str, float]:
     import ir_measures
 
-    named = _measures(cutoffs)
+    named = _measures(cutoffs, success=success)
     agg = ir_measures.calc_aggregate(list(named.values()), qrels, run)
     return {name: float(agg.get(measure, 0.0)) for name, measure in named.items()}
 
@@ -203,10 +206,12 @@ def evaluate_rankings(
     Args:
         rankings: query id → document ids, best first (a relevant document missing from it is a miss).
         relevant: query id → {document id: gain > 0}; queries without a relevant document are skipped.
-        cutoffs: k for P@k.
+        cutoffs: k for P@k and Success@k.
 
     Returns:
-        ``MAP``, ``MRR``, ``nDCG@10``, ``P@k``…, ``queries`` and ``skipped_queries``.
+        ``MAP``, ``MRR``, ``nDCG@10``, ``P@k``…, ``Success@k``… (the share of queries with at least one
+        relevant document in the top k: the paper-style "P@k" of question retrieval when a query may have
+        several relevant documents), ``queries`` and ``skipped_queries``.
 
     Raises:
         EvaluationError: no query of ``rankings`` has a relevant document.
@@ -217,6 +222,9 @@ def evaluate_rankings(
         (0.75, 0.5)
         >>> evaluate_rankings({"q1": [], "q2": ["c"]}, {"q1": {"b": 1}, "q2": {"c": 1}})["P@1"]
         0.5
+        >>> m = evaluate_rankings({"q1": ["a", "b", "c"]}, {"q1": {"b": 1, "c": 1}})
+        >>> round(m["P@3"], 3), m["Success@1"], m["Success@3"]
+        (0.667, 0.0, 1.0)
     """
     from ir_measures import Qrel, ScoredDoc
 
@@ -228,7 +236,7 @@ def evaluate_rankings(
     run = [ScoredDoc(q, doc, float(-rank)) for q in queries for rank, doc in enumerate(rankings[q])]
     # a query that retrieved nothing still counts (as all zeros): ir-measures averages over the run's queries
     run += [ScoredDoc(q, "\x00nothing-retrieved", 0.0) for q in queries if not rankings[q]]
-    result = _ranking(qrels, run, cutoffs)
+    result = _ranking(qrels, run, cutoffs, success=True)
     result.update({"queries": float(len(queries)), "skipped_queries": float(len(rankings) - len(queries))})
     return result
 

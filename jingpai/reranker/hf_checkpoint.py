@@ -1,6 +1,6 @@
 """Load a Hugging Face or sentence-transformers cross-encoder directory as it is (no conversion).
 
-:meth:`jingpai.reranker.base.Reranker.load` asks :func:`detect` which loader a directory needs, and
+:meth:`jingpai.reranker.base.Reranker.load` (:func:`jingpai.reranker.loading.load`) asks :func:`detect` which loader a directory needs, and
 logs the answer and the reason:
 
 * ``jingpai`` — ``jingpai_model.json`` is there (a model ``jingpai train`` / ``Reranker.save`` wrote).

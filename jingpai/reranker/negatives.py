@@ -12,6 +12,11 @@ The ``keyword`` strategy retrieves candidates from a real engine and lives in
 4. plus entity replacement (:func:`replace_entity`): for a share ``replace_ratio`` of the queries, swap one
    keyword of q for another word of the same dictionary domain (中国 → 美国) to make a near-duplicate negative.
 
+``window`` strategy (:mod:`jingpai.jobs.windows`) — the window the gateway will rerank: the training texts
+indexed with ``jingpai index``, each query searched with the gateway's own augmented query, the top
+``candidates`` hits that are not known paraphrases (transitively) or near-duplicates become negatives
+(``per_query`` of them), next to the query's labelled pairs — training groups for in-window losses.
+
 ``random`` strategy (:func:`random_negatives`) — ``per_query`` texts drawn uniformly from the candidate
 pool, the usual baseline. :func:`entity_negatives` makes replacement negatives for training without an engine.
 
@@ -38,7 +43,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-Strategy = Literal["keyword", "random"]
+Strategy = Literal["keyword", "random", "window"]
 STRATEGIES: tuple[str, ...] = get_args(Strategy)
 
 
@@ -51,7 +56,8 @@ class NegativeSettings:
     """Options of :func:`sample_negatives`.
 
     Attributes:
-        strategy: ``keyword`` (engine retrieval + α/β rule + entity replacement) or ``random``.
+        strategy: ``keyword`` (engine retrieval + α/β rule + entity replacement), ``window`` (the gateway's
+            window over the training texts, :mod:`jingpai.jobs.windows`) or ``random``.
         alpha: keep Q only when ``Sim(q,Q)/Sim(q,q) < alpha``.
         beta: keep Q only when the keyword overlap (Jaccard) ``> beta``.
         candidates: hits retrieved per query.
@@ -59,7 +65,8 @@ class NegativeSettings:
         replace_ratio: share of queries that also get an entity-replacement negative (``keyword`` only).
         top_k_keywords: keywords per text for augmentation and overlap.
         field: the index field holding the candidate text.
-        seed: random seed (replacement choices, random negatives).
+        seed: random seed (replacement choices, random negatives, sampled queries).
+        max_queries: ``window`` only: mine at most this many queries, sampled (``None``: all with a paraphrase).
     """
 
     strategy: Strategy = "keyword"
@@ -71,6 +78,7 @@ class NegativeSettings:
     top_k_keywords: int = 10
     field: str = "text"
     seed: int = 0
+    max_queries: int | None = None
 
     def __post_init__(self) -> None:
         if self.strategy not in STRATEGIES:

@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from jingpai.reranker.base import Reranker
+from jingpai.reranker.batching import pack_groups, query_groups
 from jingpai.reranker.data import LabeledPair
 from jingpai.reranker.evaluate import class_balance_warning, evaluate_model
 from jingpai.reranker.train_settings import DEV_METRICS, LOG_FILE, SETTINGS_FILE, DevMetric, TrainingError, TrainSettings
@@ -228,7 +229,12 @@ class _TrainRun:
     ) -> None:
         self.model, self.train_pairs, self.dev_pairs, self.settings, self.out = model, train_pairs, dev_pairs, settings, out
         self.log = (out / LOG_FILE).open("w", encoding="utf-8")
-        self.batches_per_epoch = math.ceil(len(train_pairs) / settings.batch_size)
+        self.rng = np.random.default_rng(settings.seed)
+        self.groups = query_groups(train_pairs) if settings.batching == "queries" else None
+        self.batches_per_epoch = len(self.epoch_batches()) if self.groups is not None else math.ceil(len(train_pairs) / settings.batch_size)
+        if self.groups is None and getattr(model.config, "listwise_weight", 0.0) > 0:
+            logger.warning("%s has listwise_weight > 0 but batching is 'pairs': a query's window is split across batches "
+                           "(use --batching queries)", model.name)
         steps_per_epoch = math.ceil(self.batches_per_epoch / settings.grad_accum)
         self.total_steps = steps_per_epoch * settings.epochs
         if settings.max_steps is not None:
@@ -245,7 +251,6 @@ class _TrainRun:
         self.step = 0
         self.stop = False
         self.running, self.running_n = 0.0, 0
-        self.rng = np.random.default_rng(settings.seed)
         self.bar = tqdm(total=self.total_steps, desc=f"train {model.name}", disable=not settings.progress, unit="step")
         self.emit({"event": "start", "architecture": model.name, "train_pairs": len(train_pairs),
                    "dev_pairs": len(dev_pairs) if dev_pairs else 0, "total_steps": self.total_steps, "device": str(model.device)})
@@ -277,14 +282,22 @@ class _TrainRun:
             self.best_step = self.step
         self.emit({"event": "end", "steps": self.step, "best_step": self.best_step, "best_metric": self.best})
 
+    def epoch_batches(self) -> list[np.ndarray]:
+        """This epoch's batches of pair indices, in a fresh shuffled order (whole queries with ``batching='queries'``)."""
+        size = self.settings.batch_size
+        if self.groups is None:
+            order = self.rng.permutation(len(self.train_pairs))
+            return [order[b * size : (b + 1) * size] for b in range(math.ceil(len(order) / size))]
+        return [np.array(b) for b in pack_groups(self.groups, order=self.rng.permutation(len(self.groups)), size=size)]
+
     def run_epoch(self, epoch: int) -> None:
         """One pass over the training pairs in this epoch's shuffled order (may stop early)."""
-        order = self.rng.permutation(len(self.train_pairs))
+        batches = self.epoch_batches()
         self.model.net.train()
         self.running, self.running_n = 0.0, 0
-        for b in range(self.batches_per_epoch):
-            self.backward(order[b * self.settings.batch_size : (b + 1) * self.settings.batch_size], epoch, b)
-            last_of_epoch = b == self.batches_per_epoch - 1
+        for b, idx in enumerate(batches):
+            self.backward(idx, epoch, b)
+            last_of_epoch = b == len(batches) - 1
             if (b + 1) % self.settings.grad_accum and not last_of_epoch:
                 continue
             self.optimizer_step(epoch)

@@ -14,6 +14,8 @@ from jingpai.errors import UserError
 
 DevMetric = Literal["auto", "AUC", "F1", "accuracy", "MAP", "MRR", "nDCG@10", "P@1", "loss"]
 DEV_METRICS: tuple[str, ...] = get_args(DevMetric)
+Batching = Literal["pairs", "queries"]
+BATCHINGS: tuple[str, ...] = get_args(Batching)
 LOG_FILE = "train_log.jsonl"
 SETTINGS_FILE = "train_settings.json"
 
@@ -46,6 +48,9 @@ class TrainSettings:
         eval_batch_size: batch size for dev scoring.
         log_every: write a loss line to the log every this many optimizer steps.
         progress: show a tqdm progress bar.
+        batching: ``pairs`` shuffles pairs one by one; ``queries`` shuffles queries and fills each batch
+            with whole queries (every pair of a query in one batch, up to ``batch_size`` pairs unless one
+            query alone has more), which in-window (listwise) losses need.
     """
 
     epochs: int = 3
@@ -65,6 +70,7 @@ class TrainSettings:
     eval_batch_size: int = 64
     log_every: int = 10
     progress: bool = True
+    batching: Batching = "pairs"
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "grad_accum", "eval_batch_size", "log_every"):
@@ -78,8 +84,10 @@ class TrainSettings:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.batching not in BATCHINGS:
+            raise ValueError(f"unknown batching {self.batching!r}; expected one of {', '.join(BATCHINGS)}")
         if self.metric not in DEV_METRICS:
             raise ValueError(f"unknown dev metric {self.metric!r}; expected one of {', '.join(DEV_METRICS)}")
 
 
-__all__ = ["DEV_METRICS", "LOG_FILE", "SETTINGS_FILE", "DevMetric", "TrainSettings", "TrainingError"]
+__all__ = ["BATCHINGS", "Batching", "DEV_METRICS", "LOG_FILE", "SETTINGS_FILE", "DevMetric", "TrainSettings", "TrainingError"]

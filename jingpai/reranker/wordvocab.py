@@ -311,16 +311,6 @@ def embedding_matrix(
     return matrix, has_vector
 
 
-
-def __getattr__(name: str):
-    # the shared base of HCAN and IASM moved to word_reranker.py; imported lazily (it imports this module)
-    if name in ("WordReranker", "WordRerankerConfig"):
-        from jingpai.reranker import word_reranker
-
-        return getattr(word_reranker, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 __all__ = [
     "PAD",
     "PAD_ID",

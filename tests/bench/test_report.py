@@ -90,7 +90,7 @@ def test_printed_rows_are_imported_with_their_table_and_stats() -> None:
 
 # ---------------------------------------------------------------------------------------------- re-running rows on other data (issue #15)
 
-VALID_KEYS = "retrieval.lcqmc, retrieval.afqmc, qa.trecqa, qa.wikiqa, microblog.2011, microblog.2012, negatives.pawsx"
+VALID_KEYS = "retrieval.lcqmc, retrieval.afqmc, retrieval.bq, qa.trecqa, qa.wikiqa, microblog.2011, microblog.2012, negatives.pawsx"
 
 
 @pytest.mark.parametrize(("value", "message"), [

@@ -273,3 +273,25 @@ def test_engine_killed_mid_run_then_resumed_loses_nothing(kind: str, tmp_path: P
         )  # every record is indexed or quarantined
     finally:
         harness.stop(node, purge=True)
+
+
+# ---------------------------------------------------------------- 8. deeply nested records are rejected unparsed
+
+
+def test_deeply_nested_record_is_quarantined_and_the_others_indexed(engine: Engine, index_name: str, tmp_path: Path) -> None:
+    """The 2nd record nests an extra field 5,000 objects deep: `jingpai index` used to end in a RecursionError
+    traceback with nothing indexed or quarantined."""
+    deep = '{"id": "deep", "title": "深", "extra": ' + '{"a": ' * 5000 + "1" + "}" * 5000 + "}"
+    corpus = tmp_path / "deep.jsonl"
+    corpus.write_text("\n".join(['{"id": "good", "title": "好新闻"}', deep]) + "\n", encoding="utf-8")
+    code, output = _index(str(corpus), "--index", index_name, "--engine", engine.url, "--id-field", "id",
+                          "--quarantine-dir", str(tmp_path), "--max-rejected", "0.5")
+    assert code == 0, output
+    assert "Traceback" not in output
+    assert output.startswith("read 2 / indexed 1 / rejected 1 / ")
+    assert "1 × record nested deeper than --max-depth (line 2)" in output
+    (rejected,) = _quarantined(tmp_path / f"{index_name}.rejected.jsonl")
+    assert (rejected["line"], rejected["record"]) == (2, deep)
+    assert rejected["reason"] == "record is nested 5001 levels deep (objects and arrays), over the limit of 20 (--max-depth)"
+    engine.refresh(index_name)
+    assert engine.count(index_name) == 1

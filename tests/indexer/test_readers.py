@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from jingpai.indexer.readers import BadRecord, CorpusError, SourceRecord, read_corpus
+from jingpai.indexer.readers import BadRecord, CorpusError, SourceRecord, jsonl_record, read_corpus
 
 
 def _write(path: Path, data: bytes) -> Path:
@@ -52,6 +53,36 @@ def test_oversized_lines_are_not_parsed(tmp_path: Path) -> None:
     )
     assert over.raw == big.decode() and over.raw_bytes is None  # valid UTF-8: the text is the record
     assert isinstance(ok, SourceRecord) and ok.fields == {"title": "short"}
+
+
+def test_deeply_nested_lines_are_not_parsed(tmp_path: Path) -> None:
+    """A record nested deeper than --max-depth is a BadRecord naming its depth, measured without recursion
+    (json.loads itself raises RecursionError on the 5,000-deep one); strings full of brackets do not count."""
+    deep = '{"title": "深", "extra": ' + '{"a": ' * 5000 + "1" + "}" * 5000 + "}"
+    limit = '{"title": "二十", "x": ' + '{"a": ' * 18 + "[1]" + "}" * 18 + "}"  # 20 levels: the default limit
+    over = '{"title": "二十一", "x": [' + '{"a": ' * 18 + "[1]" + "}" * 18 + "]}"  # 21 levels, arrays count
+    brackets = json.dumps({"title": "{" * 100 + "[" * 100 + '\\"{'}, ensure_ascii=False)
+    path = _write(tmp_path / "c.jsonl", "\n".join(['{"title": "一"}', deep, limit, over, brackets]).encode() + b"\n")
+    records = list(read_corpus(path))
+    assert [(r.line, type(r).__name__) for r in records] == [
+        (1, "SourceRecord"), (2, "BadRecord"), (3, "SourceRecord"), (4, "BadRecord"), (5, "SourceRecord"),
+    ]
+    assert (records[1].reason, records[1].kind, records[1].raw) == (
+        "record is nested 5001 levels deep (objects and arrays), over the limit of 20 (--max-depth)",
+        "record nested deeper than --max-depth", deep,
+    )
+    assert records[3].reason == "record is nested 21 levels deep (objects and arrays), over the limit of 20 (--max-depth)"
+    assert [r.line for r in read_corpus(path, max_depth=21) if isinstance(r, BadRecord)] == [2]
+    # a limit beyond what Python's parser takes: still a BadRecord, never a RecursionError
+    beyond = jsonl_record("c.jsonl", 2, deep, len(deep), max_depth=10_000)
+    assert isinstance(beyond, BadRecord)
+    assert beyond.reason == "record is nested too deeply for the JSON parser (--max-depth 10000 allows it)"
+
+
+def test_csv_fields_are_flat_text_whatever_brackets_they_hold(tmp_path: Path) -> None:
+    path = _write(tmp_path / "c.csv", ("id,content\n1," + "{" * 5000 + "\n").encode())
+    (record,) = read_corpus(path)
+    assert isinstance(record, SourceRecord) and record.fields["content"] == "{" * 5000
 
 
 def test_tsv_without_header_uses_columns_and_flags_wrong_column_counts(tmp_path: Path) -> None:

@@ -160,3 +160,26 @@ def test_train_hcan_from_use_word_vectors_and_option_errors(shared_data: Path, t
     assert code != 0 and "--holdout and --dev both choose the selection data" in output
     code, output = invoke("train", "--model", "use-bi", "--train", data, "--entity-negatives", "0.5", "--limit", "8", "--out", tmp_path / "z")
     assert code != 0 and "--entity-negatives needs --dictionary" in output
+
+
+@pytest.mark.engine
+def test_negatives_window_then_listwise_training(engine: Engine, index_name: str, shared_data: Path, tmp_path: Path) -> None:
+    dict_dir = Dictionary.from_scores({w: {"general": 2.0} for w in ("手机", "电脑", "游戏", "电影", "什么")}).save(tmp_path / "dict")
+    out = tmp_path / "windows.tsv"
+    code, output = invoke("negatives", "--strategy", "window", "--data", shared_data / "zh/lcqmc/train.tsv", "--limit", "400",
+                          "--engine", engine.url, "--index", index_name, "--dict", dict_dir, "--max-queries", "30", "--per-query", "3",
+                          "--out", out)
+    assert code == 0, output
+    pairs = read_pairs(out, format="pairs")
+    queries = list(dict.fromkeys(p.query for p in pairs))
+    assert len(queries) == 30 and all(any(p.label == 1 for p in pairs if p.query == q) for q in queries)
+    assert f"wrote {len(pairs)} pairs to {out} (queries 30, texts indexed" in output and "window negatives" in output
+    assert engine.count(index_name) > 400  # the alias of a `jingpai index` build: every distinct text of the 400 pairs
+    model_dir = tmp_path / "use-bi"
+    code, output = invoke("train", "--model", "use-bi", "--train", out, "--batching", "queries", "--config", "listwise_weight=1.0",
+                          "--batch-size", "16", "--max-steps", "2", "--epochs", "1", "--no-progress", "--out", model_dir)
+    assert code == 0, output
+    assert json.loads((model_dir / "jingpai_model.json").read_text())["config"]["listwise_weight"] == 1.0
+    code, output = invoke("negatives", "--strategy", "window", "--data", shared_data / "zh/lcqmc/train.tsv", "--limit", "5",
+                          "--engine", engine.url, "--out", out)
+    assert code == 2 and "the window strategy needs --index (the alias it builds or reuses) and --dict" in output

@@ -78,7 +78,7 @@ def test_write_then_read_round_trip(tmp_path: Path) -> None:
     [
         ("bad.tsv", "a\tb\t1\nonly two\tcols\n", "pairs", r"bad.tsv:2: expected 3 tab-separated columns \(s1, s2, label\), found 2"),
         ("bad.tsv", "a\tb\tyes\n", "pairs", r"bad.tsv:1: label must be a number, got 'yes'"),
-        ("bad.tsv", "a\tb\t7\n", "stsb", r"pair 1: label 7 is outside 0..5 for format 'stsb'"),
+        ("bad.tsv", "a\tb\t7\n", "stsb", r"bad.tsv:1: label 7 is outside 0..5 for format 'stsb'"),
         ("bad.tsv", "a\tb\t1\n", "pawsx", r"bad.tsv:1: expected a header line starting with 'id<TAB>'"),
         ("bad.jsonl", '{"sentence1": "a", "sentence2": "b", "label": "5"}\n{"sentence1": "a"}\n', "sohu",
          r"bad.jsonl:2: missing field\(s\) \['sentence2', 'label'\]"),
@@ -90,6 +90,36 @@ def test_bad_lines_name_file_line_and_expectation(tmp_path: Path, name: str, con
     path.write_text(content, encoding="utf-8")
     with pytest.raises(DataFormatError, match=message):
         read_pairs(path, format=fmt)  # type: ignore[arg-type]
+
+
+#: a BQ-shaped file (s1<TAB>s2<TAB>label, 0/1; invented bank questions), its fifth line replaced by a bad one
+BQ_LINES = ["额度什么时候能恢复\t还款后额度多久恢复\t1", "怎么修改绑定的银行卡\t贷款利息怎么算\t0", "可以提前还款吗\t能不能提前把钱还了\t1",
+            "申请失败是什么原因\t为什么一直申请不了\t1", "LINE5", "借款到账要多久\t手机号换了怎么办\t0", "每月几号扣款\t还款日是哪天\t1",
+            "我的账户被冻结了\t怎么开通这个功能\t0"]
+
+
+@pytest.mark.parametrize(("line5", "message"), [
+    ("为什么不能借款\t0", r"bq.tsv:5: expected 3 tab-separated columns \(s1, s2, label\), found 2"),
+    ("为什么不能借款\t借不了钱怎么回事\t2",
+     r"bq.tsv:5: label 2 is outside 0..1 for format 'pairs'; graded 0-5 scores are read with --format stsb"),
+    ("为什么不能借款\t借不了钱怎么回事\tyes", r"bq.tsv:5: label must be a number, got 'yes'"),
+    ("为什么不能借款\t借不了钱怎么回事\tnan", r"bq.tsv:5: label must be a finite number, got 'nan'"),
+])
+def test_bq_shaped_file_with_a_bad_line_names_file_and_line(tmp_path: Path, line5: str, message: str) -> None:
+    # what `jingpai train --train bq.tsv` reads (format auto): one stray "2" must not turn the file into STS-B scores
+    path = tmp_path / "bq.tsv"
+    path.write_text("\n".join(line5 if line == "LINE5" else line for line in BQ_LINES) + "\n", encoding="utf-8")
+    assert detect_format(path) == "pairs"
+    with pytest.raises(DataFormatError, match=message):
+        read_pairs(path)
+
+
+def test_lcqmc_and_bq_training_files_read_as_they_are(shared_data: Path) -> None:
+    for rel, size in (("zh/lcqmc/train.tsv", 238_355), ("zh/bq/train.tsv", 100_000), ("zh/bq/dev.tsv", 5_000)):
+        assert detect_format(shared_data / rel) == "pairs"
+        pairs = read_pairs(shared_data / rel)
+        assert len(pairs) == size and {p.label for p in pairs} == {0.0, 1.0}
+        assert all(p.query and p.document for p in pairs)
 
 
 def test_bad_qa_folders(tmp_path: Path) -> None:

@@ -239,11 +239,32 @@ def test_service_serves_a_checkpoint_with_its_own_max_length(checkpoints) -> Non
     expected = model.predict([(PAIRS[0][0], d) for _, d in PAIRS])
     with TestClient(create_app(ServiceSettings(model_name="byo", dtype="fp32", warmup=False), model)) as client:
         info = client.get("/info").json()
-        assert info["limits"]["max_length"] == 512 and info["architecture"] == "cross" and info["score"] == "probability"
+        assert info["limits"]["max_length"] == 512 and info["architecture"] == "cross" and info["score"] == "sigmoid(logit)"
         assert info["token_ids_once"] is True  # XLM-R's pair template, replayed on the measured ids
         r = client.post("/rerank", json={"query": PAIRS[0][0], "texts": [d for _, d in PAIRS]})
         assert r.status_code == 200, r.text
         assert {rec["index"]: rec["score"] for rec in r.json()} == pytest.approx(dict(enumerate(expected.tolist())), abs=1e-5)
+
+
+@pytest.mark.parametrize("num_labels", [1, 2])
+def test_tei_raw_scores_are_the_logits_transformers_gives(num_labels, checkpoints) -> None:
+    """TEI answers raw_scores: true with a one-logit head's logit and false with its sigmoid; a two-logit head
+    has no one logit, so both answer the probability of label 1 (the score ``predict`` gives)."""
+    from jingpai.reranker.service import ServiceSettings, create_app
+
+    path = checkpoints("bert", num_labels=num_labels)
+    query, docs = PAIRS[0][0], [d for _, d in PAIRS]
+    logits = transformers_logits(path, [(query, d) for d in docs], max_length=SMALL)
+    probability = torch.sigmoid(logits[:, 0]) if num_labels == 1 else logits.softmax(-1)[:, 1]
+    raw = logits[:, 0] if num_labels == 1 else probability
+    model = Reranker.load(path, device="cpu")
+    with TestClient(create_app(ServiceSettings(dtype="fp32", warmup=False), model)) as client:
+        for raw_scores, expected in ((True, raw), (False, probability)):
+            r = client.post("/rerank", json={"query": query, "texts": docs, "raw_scores": raw_scores})
+            assert r.status_code == 200, r.text
+            assert {rec["index"]: rec["score"] for rec in r.json()} == pytest.approx(dict(enumerate(expected.tolist())), abs=1e-5)
+        assert client.get("/info").json()["score"] == ("sigmoid(logit)" if num_labels == 1 else "probability")
+    assert model.config.activation == "sigmoid"  # the service changed its own copy only
 
 
 def test_eval_runs_on_a_checkpoint(checkpoints, shared_data) -> None:
@@ -325,7 +346,7 @@ def test_demo_serves_a_checkpoint(checkpoints, tmp_path) -> None:
         r = httpx.post(f"{server.url}/rerank", json={"query": PAIRS[0][0], "texts": docs}, timeout=60)
         assert r.status_code == 200, r.text
         info = httpx.get(f"{server.url}/info", timeout=10).json()
-        assert info["limits"]["max_length"] == SMALL and info["score"] == "probability"
+        assert info["limits"]["max_length"] == SMALL and info["score"] == "sigmoid(logit)"
         expected = Reranker.load(path, device="cpu").predict([(PAIRS[0][0], d) for d in docs])
         # the demo serves with dtype auto: bf16 on a CPU that has it
         tolerance = 1e-5 if info["dtype"] == "fp32" else 1e-2

@@ -231,6 +231,70 @@ def test_cli_demo_without_model_runs_until_sigint(engine, demo_cache, tmp_path):
         httpx.get(f"http://127.0.0.1:{port}/_jingpai/ui/", timeout=5)
 
 
+@pytest.mark.engine
+def test_demo_says_which_part_died_and_exits(tiny_model_dir, demo_cache, tmp_path):
+    """Issue #30 item 4: the demo's own engine node is killed while the demo runs; the demo names it and
+    its log, stops the reranker and the gateway, and ends with a DemoError (``jingpai demo`` exits 1)."""
+    import threading
+
+    from jingpai.engine import harness
+    from jingpai.jobs.demo import run_demo
+
+    # the demo's engine cache is the harness's own, where the session's engines were unpacked (no download)
+    engines = demo_cache / "engines"
+    if not engines.exists():
+        engines.symlink_to(harness.default_cache_dir().resolve(), target_is_directory=True)
+    settings = DemoSettings(engine_port=harness.free_port(), port=0, reranker_port=0, data_dir=tmp_path / "no-data",
+                            cache_dir=demo_cache, model_dir=tiny_model_dir, index=f"test-demo-{os.urandom(4).hex()}")
+    node = harness.EngineSettings(kind=settings.kind, port=settings.engine_port, cache_dir=engines)
+    stop, ready, lines, failure = threading.Event(), threading.Event(), [], []
+
+    def run() -> None:
+        try:
+            run_demo(settings, stop=stop, echo=lines.append, on_ready=lambda _stack: ready.set())
+        except DemoError as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        assert ready.wait(300), "\n".join(lines)
+        (info,) = [n for n in harness.status(engines) if n.instance_dir == node.instance_dir]
+        os.killpg(info.pid, signal.SIGKILL)
+        thread.join(30)
+        assert not thread.is_alive(), "the demo kept running with a dead engine"
+    finally:
+        stop.set()
+        thread.join(60)
+        harness.stop(node, purge=True)
+    assert [str(e) for e in failure] == [(
+        f"the opensearch engine on {node.url} (pid {info.pid}) died; its log: {info.log_file}. "
+        "The demo stops: run `jingpai demo` again to start it afresh"
+    )]
+    assert lines[-4:] == ["stopping the gateway", "stopping the reranker", f"stopping the opensearch engine on {node.url}", "stopped"]
+
+
+def test_dead_server_is_named_with_where_its_log_is():
+    from jingpai.jobs.demo_watch import parts
+    from jingpai.serving import ServerThread
+
+    async def app(scope, receive, send):  # a bare ASGI app: the watcher looks at the server, not the app
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+
+    server = ServerThread(app, 0, name="reranker").start()
+    (part,) = parts(None, "http://127.0.0.1:1", [server, None])
+    assert part.alive()
+    server._server.should_exit = True  # told to exit by anyone but DemoStack.stop: its thread ends
+    server._thread.join(10)
+    assert not part.alive()
+    assert part.death() == (f"the reranker on {server.url} stopped; its log: the demo's own output above "
+                            "(`jingpai -v demo` adds jingpai's log lines)")
+    server.stop()
+
+
 # ---------------------------------------------------------------------------------------------- demo quality
 
 #: Apple phone stories of the shipped corpus: 4 whose title is about an Apple phone, plus the iPhone

@@ -24,6 +24,13 @@ class BadGatewayRequest(UserError, GatewayError):
     error_type = "jingpai_illegal_argument_exception"
 
 
+class NestedTooDeep(BadGatewayRequest):
+    """A request body, or one line of an NDJSON body, nests deeper than ``max_body_depth``: 400, and the
+    engine never sees it (deep enough, it overflows the engine's stack and kills the node)."""
+
+    error_type = "jingpai_nested_too_deep_exception"
+
+
 class NotOursToJudge(Exception):
     """Part of a search the gateway cannot interpret (a ``_source`` of the wrong type, a non-numeric ``size``,
     an ``_msearch`` header whose ``index`` is not a name): the client's request goes to the engine unchanged
@@ -33,4 +40,4 @@ class NotOursToJudge(Exception):
     """
 
 
-__all__ = ["BadGatewayRequest", "GatewayError", "NotOursToJudge"]
+__all__ = ["BadGatewayRequest", "GatewayError", "NestedTooDeep", "NotOursToJudge"]

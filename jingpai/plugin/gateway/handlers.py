@@ -24,6 +24,7 @@ from jingpai.indexer.mapping import IndexMeta
 from jingpai.plugin.augment import QueryRewriter
 from jingpai.plugin.dictionaries import DictionaryStore
 from jingpai.plugin.filter_path import FilterPath
+from jingpai.plugin.gateway.depth import check_depth, check_passthrough, check_source_parameter
 from jingpai.plugin.gateway.errors import NotOursToJudge
 from jingpai.plugin.gateway.finish import finish
 from jingpai.plugin.gateway.meta import Credentials, IndexMetaCache
@@ -132,7 +133,13 @@ class Gateway:
         return Response(resp.content, status_code=resp.status_code, headers=headers)
 
     async def passthrough(self, request: Request) -> Response:
-        """Stream any request to the engine and its answer back, unchanged."""
+        """Stream any request to the engine and its answer back, unchanged; a JSON or NDJSON body is read
+        first and refused when it nests deeper than ``max_body_depth`` (:mod:`.depth`).
+
+        Raises:
+            NestedTooDeep: the body (or one of its lines) nests too deep.
+        """
+        await check_passthrough(request, self.settings.max_body_depth)
         return await self.proxy.passthrough(request)
 
     async def search(self, request: Request) -> Response:
@@ -141,6 +148,8 @@ class Gateway:
         params = dict(request.query_params.multi_items())
         mode_param, fusion_param = take_mode(params), take_fusion(params)
         raw = await read_body(request)
+        check_depth(raw, self.settings.max_body_depth, ndjson=False, what=f"body of {request.method} {request.url.path}")
+        check_source_parameter(request, self.settings.max_body_depth, ndjson=False)
         unread = self._forwarded_as_is(raw, mode_param, fusion_param)
         if unread:
             plan = SearchPlan(body={}, params=params, mode="off", reason="disabled")
@@ -195,7 +204,10 @@ class Gateway:
         index = request.path_params.get("index")
         params = dict(request.query_params.multi_items())
         mode_param, fusion_param = take_mode(params), take_fusion(params)
-        lines = _ndjson_pairs(await read_body(request))
+        raw = await read_body(request)
+        check_depth(raw, self.settings.max_body_depth, ndjson=True, what=f"body of {request.method} {request.url.path}")
+        check_source_parameter(request, self.settings.max_body_depth, ndjson=True)
+        lines = _ndjson_pairs(raw)
         if lines is None:
             return await self.passthrough(request)  # not ours to judge: the engine answers with its own error
         raw_lines, searches = lines

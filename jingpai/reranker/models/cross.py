@@ -25,7 +25,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -257,6 +257,15 @@ class CrossEncoderReranker(Reranker):
     def scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         raw = self.logits(batch)
         return torch.sigmoid(raw.float()) if self.config.activation == "sigmoid" else raw
+
+    def use_logit_scores(self) -> bool:
+        """A one-logit head scored through ``sigmoid`` scores its logit instead (``identity``); a two-logit
+        head keeps the softmax probability of label 1 (its ``logit1 - logit0`` is no model output)."""
+        if self.config.num_logits != 1 or self.config.activation != "sigmoid":
+            return False
+        self.config = replace(self.config, activation="identity")
+        self.num_labels = 1
+        return True
 
     def loss(self, batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         logits = self.logits(batch).float()

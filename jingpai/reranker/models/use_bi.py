@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from jingpai.reranker.base import Pair, Reranker, RerankerConfig
+from jingpai.reranker.losses import in_window_loss
 from jingpai.reranker.models.cross import soft_targets
 from jingpai.reranker.use_backbone import UseEncoder, UseTokenizer, pad
 
@@ -46,6 +47,8 @@ class UseBiConfig(RerankerConfig):
         scale: inverse temperature of the in-batch softmax over cosines.
         max_label: top label value; graded labels become soft targets ``label / max_label``.
         encoder_lr_scale: learning-rate multiplier of the pretrained encoder (the calibration gets 1).
+        listwise_weight: weight of the in-window loss (:func:`~jingpai.reranker.losses.in_window_loss`)
+            over the pairs of a batch that share a query (train with ``--batching queries``).
     """
 
     max_length: int = 64
@@ -55,6 +58,7 @@ class UseBiConfig(RerankerConfig):
     scale: float = 20.0
     max_label: float = 1.0
     encoder_lr_scale: float = 1.0
+    listwise_weight: float = 0.0
 
 
 class UseBiNet(nn.Module):
@@ -147,11 +151,13 @@ class UseBiEncoderReranker(Reranker):
     def loss(self, batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         u, v, cos = self.cosines(batch)
         target = soft_targets(labels, self.config.max_label).to(cos.device)
-        pair = F.binary_cross_entropy_with_logits(self.net.a * cos + self.net.b, target)
-        if self.config.contrastive_weight <= 0:
-            return pair
-        contrastive = in_batch_loss(u.float(), v.float(), target >= 0.5, batch["d_index"], scale=self.config.scale)
-        return pair + self.config.contrastive_weight * contrastive
+        logits = self.net.a * cos + self.net.b
+        loss = F.binary_cross_entropy_with_logits(logits, target)
+        if self.config.contrastive_weight > 0:
+            loss = loss + self.config.contrastive_weight * in_batch_loss(u.float(), v.float(), target >= 0.5, batch["d_index"], scale=self.config.scale)
+        if self.config.listwise_weight > 0:
+            loss = loss + self.config.listwise_weight * in_window_loss(logits, target, batch["q_index"])
+        return loss
 
 
 __all__ = ["UseBiConfig", "UseBiEncoderReranker", "encode_unique", "in_batch_loss", "unique_texts"]

@@ -37,6 +37,7 @@ from collections.abc import Callable
 import torch
 
 from jingpai.reranker.base import Reranker
+from jingpai.reranker.service.probe import PROBE_PAIRS, PROBE_TOLERANCE
 
 logger = logging.getLogger(__name__)
 
@@ -132,8 +133,6 @@ def compile_scores(model: Reranker, eager: ScoresFn, *, tolerance: float | None 
     serving starts with the graph built; the compiled scores must stay within ``tolerance`` (default
     :data:`PROBE_TOLERANCE`) of the eager ones.
     """
-    from jingpai.reranker.service.model_copy import PROBE_PAIRS, PROBE_TOLERANCE
-
     tolerance = PROBE_TOLERANCE if tolerance is None else tolerance
     compiled = CompiledScores(eager, device_type=model.device.type)
     started = time.perf_counter()

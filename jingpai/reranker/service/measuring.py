@@ -82,7 +82,7 @@ class TextMeasure:
 
     def _join_mismatch(self, model: Reranker) -> str | None:
         """Why joined encodings of probe pairs would not be the model's own input (``None``: they are)."""
-        from jingpai.reranker.service.model_copy import PROBE_PAIRS
+        from jingpai.reranker.service.probe import PROBE_PAIRS
 
         probe: list[Pair] = [*PROBE_PAIRS, ("苹果 手机", "苹果公司发布新款 iPhone 手机。" * 80), ("what is bm25 " * 80, "BM25 is a ranking function."), ("", "")]
         joined = []

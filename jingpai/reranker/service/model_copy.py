@@ -1,7 +1,8 @@
 """The service's own copy of the model, made ready to serve; the caller's model is never changed.
 
 :func:`serving_model` deep-copies the loaded reranker, then changes only the copy: ``max_length`` from
-the settings replaces its config's, it goes into eval mode, and its weights are cast (bf16/fp16 on a
+the settings replaces its config's, it goes into eval mode, a model that scores the sigmoid of a logit
+scores the logit (:meth:`~jingpai.reranker.base.Reranker.use_logit_scores`), and its weights are cast (bf16/fp16 on a
 GPU; bf16 on a CPU when a probe batch scores the same) or its linear layers quantized (``int8``). A caller that hands its model over to the service
 (``jingpai serve`` loads one for the service alone) passes ``copy=False`` and saves a second copy's
 memory.
@@ -24,6 +25,7 @@ import torch
 from jingpai.reranker.base import Reranker
 from jingpai.reranker.service.errors import ServiceSettingsError
 from jingpai.reranker.service.forward import DTYPES
+from jingpai.reranker.service.probe import PROBE_PAIRS, PROBE_TOLERANCE
 from jingpai.reranker.service.settings import ComputeDType, ServiceSettings, resolve_dtype
 
 logger = logging.getLogger(__name__)
@@ -68,12 +70,6 @@ def quantize_int8(net: torch.nn.Module) -> torch.nn.Module:
         warnings.simplefilter("ignore", UserWarning)
         warnings.simplefilter("ignore", DeprecationWarning)
         return torch.ao.quantization.quantize_dynamic(net, {torch.nn.Linear}, dtype=torch.qint8, inplace=True).eval()
-
-
-#: pairs that exercise a model's whole input path (CJK, Latin, digits, an empty-ish document)
-PROBE_PAIRS = [("苹果 手机 价格", "苹果公司发布新款 iPhone 手机，售价 5999 元起。"), ("what is bm25", "BM25 is a ranking function."), ("深度学习", "。")]
-#: largest score change the cast may cause; bf16 weights move a cross-encoder's logits by ~1e-3
-PROBE_TOLERANCE = 0.02
 
 
 def cast_weights_if_faithful(model: Reranker, *, tolerance: float = PROBE_TOLERANCE) -> bool:
@@ -135,6 +131,9 @@ def serving_model(model: Reranker, settings: ServiceSettings, *, copy: bool = Tr
         logger.info("max_length %d replaces the model's saved %d", settings.max_length, own.config.max_length)
         own.config = dataclasses.replace(own.config, max_length=settings.max_length)
     own.net.eval()  # a freshly loaded net may still be in training mode (dropout on)
+    if own.use_logit_scores():
+        # TEI's raw_scores: true answers a one-logit head's logit; the default answer is its sigmoid either way
+        logger.info("serving %s's logits (raw_scores: true answers them; the score is their sigmoid)", own.name)
     if own.device.type == "cuda" and dtype != "fp32":
         # on a GPU the weights are cast once: no per-batch cast kernels under autocast
         logger.info("casting the model's weights to %s on %s", dtype, own.device)

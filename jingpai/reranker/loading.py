@@ -1,0 +1,58 @@
+"""A model directory → the loaded reranker: what :meth:`jingpai.reranker.base.Reranker.load` does.
+
+Which loader reads the directory is decided by :func:`jingpai.reranker.hf_checkpoint.detect` and logged with
+the reason: a saved jingpai model is rebuilt from its architecture (:mod:`jingpai.reranker.registry`), config,
+assets and weights; a Hugging Face or sentence-transformers cross-encoder loads as a ``cross`` model.
+
+:mod:`jingpai.reranker.base` names this module by string (:data:`~jingpai.reranker.base.LOADER`) and imports
+it on first use: this module imports the models and the checkpoint loader, which all import the base, so
+the base imports none of them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import torch
+
+from jingpai.reranker import hf_checkpoint, registry
+from jingpai.reranker.base import MODEL_FILE, WEIGHTS_FILE, ModelLoadError, Reranker
+
+logger = logging.getLogger(__name__)
+
+
+def load(directory: str | Path, *, expected: type[Reranker] = Reranker, device: str | None = None) -> Reranker:
+    """The model saved in ``directory`` (see :meth:`~jingpai.reranker.base.Reranker.load`).
+
+    Args:
+        expected: the class the caller asked through (``KeywordBertReranker.load``): a model of another
+            architecture is refused.
+
+    Raises:
+        ModelLoadError: the directory is no model directory, lacks files, names an unknown architecture,
+            or holds a model that is not an ``expected``.
+    """
+    path = Path(directory)
+    found = hf_checkpoint.detect(path)
+    logger.info("loading %s with the %s loader: %s", path, found.loader, found.reason)
+    if found.loader != "jingpai":
+        hf_cls = registry.get("cross")
+        if expected is not Reranker and not issubclass(hf_cls, expected):
+            raise ModelLoadError(f"{path} holds a Hugging Face cross-encoder (loaded as 'cross'), not {expected.name!r}")
+        return hf_checkpoint.load(found, device=device)
+    meta = json.loads((path / MODEL_FILE).read_text())
+    model_cls = registry.get(meta["architecture"])
+    if expected is not Reranker and not issubclass(model_cls, expected):
+        raise ModelLoadError(f"{path} holds a {meta['architecture']!r} model, not {expected.name!r}")
+    config = model_cls.config_class.from_dict(meta["config"])
+    model = model_cls.from_assets(config, path, device=device)
+    state = torch.load(path / WEIGHTS_FILE, map_location="cpu", weights_only=True)
+    model.net.load_state_dict(state)
+    model.net.to(model.device)
+    model.keyword_dict_version = meta.get("keyword_dict_version")
+    return model
+
+
+__all__ = ["load"]
