@@ -15,13 +15,13 @@ when their content type is JSON or NDJSON (or not given), then forwarded as the 
 
 from __future__ import annotations
 
-import gzip
 import logging
 
 from starlette.requests import Request
 
 from jingpai.nesting import deeper_than
-from jingpai.plugin.gateway.errors import NestedTooDeep
+from jingpai.plugin.gateway.errors import BadGatewayRequest, NestedTooDeep
+from jingpai.plugin.gateway.proxy import read_body
 from jingpai.plugin.settings import setting_hint
 
 logger = logging.getLogger(__package__)
@@ -30,15 +30,17 @@ logger = logging.getLogger(__package__)
 NDJSON_ENDPOINTS = frozenset({"_bulk", "_msearch"})
 
 
-def check_depth(raw: bytes, limit: int, *, ndjson: bool, what: str) -> None:
+def check_depth(raw: bytes, limit: int, *, ndjson: bool, request: Request, part: str = "body") -> None:
     """Raise :class:`NestedTooDeep` when ``raw`` (a JSON body, or NDJSON lines) nests deeper than ``limit``.
 
     Args:
-        what: the body, for the message (``body of POST /_bulk``).
+        request: the request ``raw`` came with, and ``part`` what of it ``raw`` is: for the message
+            (``body of POST /_bulk``), built only for a refusal — this runs on every search.
     """
     deep = deeper_than(raw, limit, ndjson=ndjson)
     if deep is None:
         return
+    what = f"{part} of {request.method} {request.url.path}"
     where = f"line {deep.line} of the {what}" if ndjson else f"the {what}"
     message = (f"{where} is nested {deep.depth} levels deep (objects and arrays), deeper than the gateway forwards: "
                f"max_body_depth is {limit} ({setting_hint('max_body_depth')})")
@@ -51,8 +53,7 @@ def check_source_parameter(request: Request, limit: int, *, ndjson: bool) -> Non
     request that has none (``GET /_search?source={…}&source_content_type=application/json``), nests too deep."""
     source = request.query_params.get("source")
     if source:
-        what = f"source parameter of {request.method} {request.url.path}"
-        check_depth(source.encode("utf-8", "surrogatepass"), limit, ndjson=ndjson, what=what)
+        check_depth(source.encode("utf-8", "surrogatepass"), limit, ndjson=ndjson, request=request, part="source parameter")
 
 
 def is_ndjson(path: str, content_type: str) -> bool:
@@ -79,14 +80,12 @@ async def check_passthrough(request: Request, limit: int) -> None:
         return
     if not measured(content_type):
         return
-    raw = await request.body()
-    if headers.get("content-encoding", "").lower() == "gzip" and raw:
-        try:
-            raw = gzip.decompress(raw)
-        except (OSError, EOFError) as exc:
-            logger.info("not measuring the nesting of a body marked gzip that is not gzip data (%s); the engine answers it", exc)
-            return
-    check_depth(raw, limit, ndjson=is_ndjson(path, content_type), what=f"body of {request.method} {path}")
+    try:
+        raw = await read_body(request)
+    except BadGatewayRequest as exc:
+        logger.info("not measuring the nesting of a body: %s; the engine answers it", exc)
+        return
+    check_depth(raw, limit, ndjson=is_ndjson(path, content_type), request=request)
 
 
 __all__ = ["NDJSON_ENDPOINTS", "check_depth", "check_passthrough", "check_source_parameter", "is_ndjson", "measured"]

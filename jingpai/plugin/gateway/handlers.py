@@ -148,7 +148,7 @@ class Gateway:
         params = dict(request.query_params.multi_items())
         mode_param, fusion_param = take_mode(params), take_fusion(params)
         raw = await read_body(request)
-        check_depth(raw, self.settings.max_body_depth, ndjson=False, what=f"body of {request.method} {request.url.path}")
+        check_depth(raw, self.settings.max_body_depth, ndjson=False, request=request)
         check_source_parameter(request, self.settings.max_body_depth, ndjson=False)
         unread = self._forwarded_as_is(raw, mode_param, fusion_param)
         if unread:
@@ -205,7 +205,7 @@ class Gateway:
         params = dict(request.query_params.multi_items())
         mode_param, fusion_param = take_mode(params), take_fusion(params)
         raw = await read_body(request)
-        check_depth(raw, self.settings.max_body_depth, ndjson=True, what=f"body of {request.method} {request.url.path}")
+        check_depth(raw, self.settings.max_body_depth, ndjson=True, request=request)
         check_source_parameter(request, self.settings.max_body_depth, ndjson=True)
         lines = _ndjson_pairs(raw)
         if lines is None:
