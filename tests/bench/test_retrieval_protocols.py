@@ -61,7 +61,8 @@ def test_bq_dev_is_a_retrieval_set_with_its_own_dictionary(shared_data: Path, tm
     assert rset.corpus.is_file() and len(rset.ids) > 40
 
 
-def test_bq_dictionary_is_built_from_bq_train_questions(tmp_path: Path, monkeypatch) -> None:
+def test_bq_dictionary_is_built_from_bq_train_questions(shared_data: Path, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(eval_common, "DATA_DIR", shared_data)
     calls: list[tuple[str, ...]] = []
     monkeypatch.setattr(eval_common, "jingpai_cli", lambda *args: calls.append(args) or "")
     settings = ReportSettings(mode="quick", work_dir=tmp_path)
