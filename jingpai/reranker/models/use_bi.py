@@ -14,6 +14,10 @@ Training loss per batch of labelled pairs (the generic loop of :mod:`jingpai.rer
 
 Texts repeated inside a batch (one query against many documents in ``rank``) are encoded once.
 
+It also embeds: :meth:`UseBiEncoderReranker.encode` gives the sentence vectors the score compares, and
+the rerank service serves them (``/embed``, ``/v1/embeddings``) through the same four methods
+(:class:`~jingpai.reranker.service.embedding.EmbeddingModel`).
+
 Example:
     >>> model = registry.create("use-bi")                                                  # doctest: +SKIP
     >>> model.rank("哪些因素会影响中国的GDP", ["说说中国GDP的影响因素", "今天天气怎么样"], top_k=1)  # doctest: +SKIP
@@ -25,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -32,7 +37,7 @@ from torch import nn
 from jingpai.reranker.base import Pair, Reranker, RerankerConfig
 from jingpai.reranker.losses import in_window_loss
 from jingpai.reranker.models.cross import soft_targets
-from jingpai.reranker.use_backbone import UseEncoder, UseTokenizer, pad
+from jingpai.reranker.use_backbone import BOS_ID, EOS_ID, OUT_DIM, UseEncoder, UseTokenizer, pad
 
 
 @dataclass(frozen=True)
@@ -147,6 +152,60 @@ class UseBiEncoderReranker(Reranker):
     def scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         _, _, cos = self.cosines(batch)
         return torch.sigmoid(self.net.a * cos + self.net.b)
+
+    # ------------------------------------------------------------------ embedding
+
+    @property
+    def embedding_dim(self) -> int:
+        """Dimensions of the sentence vectors (:meth:`encode`)."""
+        return OUT_DIM
+
+    def text_tokens(
+        self, texts: Sequence[str], *, max_length: int | None = None, cut: Literal["right", "left"] = "right",
+    ) -> list[tuple[list[int], int]]:
+        """Per text: its piece ids as the encoder reads them, ``[BOS] … [EOS]`` cut to ``max_length`` (default:
+        the config's), and how many it had before the cut. ``cut="right"`` keeps the text's start (what
+        :meth:`featurize` does), ``"left"`` its end."""
+        cap = max_length or self.config.max_length
+        if cap < 3:
+            raise ValueError(f"max_length must be >= 3 (BOS, one piece, EOS), got {cap}")
+        out = []
+        for ids in self.tokenizer.sp.encode(list(texts), add_bos=True, add_eos=True):
+            n = len(ids)
+            if n > cap:
+                ids = ids[: cap - 1] + [EOS_ID] if cut == "right" else [BOS_ID] + ids[n - cap + 1 :]
+            out.append((ids, n))
+        return out
+
+    def featurize_tokens(self, ids: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
+        """Encoder inputs (``ids``, ``mask``) of texts already turned into piece ids (:meth:`text_tokens`)."""
+        tok, mask = pad(ids)
+        return {"ids": tok, "mask": mask}
+
+    def embeddings(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Unit sentence vectors ``[B, 512]`` of a :meth:`featurize_tokens` batch already on the device."""
+        return self.net.encoder(batch["ids"], batch["mask"])
+
+    @torch.inference_mode()
+    def encode(self, texts: Sequence[str], *, batch_size: int = 32, normalize: bool = True) -> np.ndarray:
+        """Sentence vectors of ``texts``: ``float32 [N, 512]`` in input order, the vectors whose cosine
+        :meth:`scores` calibrates (texts cut to ``max_length`` pieces; sorted by length to cut padding).
+
+        ``normalize``: scale each to unit length (USE's vectors already have it, so this only guards
+        against rounding).
+        """
+        if isinstance(texts, str):
+            raise TypeError("encode() takes a list of texts, not a single string")
+        self.net.eval()
+        ids = [t for t, _ in self.text_tokens(texts)]
+        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+        out = np.empty((len(ids), OUT_DIM), dtype=np.float32)
+        for start in range(0, len(order), batch_size):
+            idx = order[start : start + batch_size]
+            out[idx] = self.embeddings(self.to_device(self.featurize_tokens([ids[i] for i in idx]))).float().cpu().numpy()
+        if normalize:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
 
     def loss(self, batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
         u, v, cos = self.cosines(batch)

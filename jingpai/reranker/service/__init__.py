@@ -14,10 +14,15 @@ Routes (see ``docs/service.md``):
 * ``POST /opensearch/text_similarity`` — OpenSearch ML connector: ``{query_text, text_docs}`` →
   ``{inference_results: [{output: [{name: "similarity", data_type: "FLOAT32", shape: [1], data: [s]}]}]}``
   in input order.
+* ``POST /embed`` — TEI: ``{inputs, normalize?, truncate?, truncation_direction?, dimensions?}`` →
+  ``[[float, ...]]`` in input order; ``POST /v1/embeddings`` — OpenAI: ``{input, model?, encoding_format?,
+  dimensions?}`` → ``{object: "list", data: [{object: "embedding", index, embedding}], model, usage}``,
+  errors as OpenAI's ``{error: {message, type, param, code}}``. Only a model that embeds (an
+  :class:`EmbeddingModel`, such as ``use-bi``) serves them; a cross-encoder answers 400.
 * ``GET /health``, ``GET /info``, ``GET /metrics`` (Prometheus), ``GET /openapi.json``, ``GET /docs``.
 
-Every scoring route feeds one :class:`BatchingEngine`: the (query, document) pairs of concurrent
-requests are merged, sorted by length and cut into batches whose padded size stays within
+Every scoring and embedding route feeds one :class:`BatchingEngine`: the (query, document) pairs (or
+texts to embed) of concurrent requests are merged, sorted by length and cut into batches whose padded size stays within
 ``max_batch_tokens``; each batch runs on one worker thread under ``torch.inference_mode()`` and, when
 the dtype is not fp32, ``torch.autocast``. A batch that raises is re-run request by request so only the
 request that caused the error fails. The service runs its own copy of the model: the caller's stays as
@@ -38,9 +43,13 @@ Modules (one concept each):
 * :mod:`~jingpai.reranker.service.forward` — one batch through the model.
 * :mod:`~jingpai.reranker.service.batching` — :class:`BatchingEngine`, merging concurrent requests.
 * :mod:`~jingpai.reranker.service.scoring` — :class:`RerankService`, limits, truncation and chunking.
+* :mod:`~jingpai.reranker.service.embedding` — :class:`TextEmbedder` and :class:`EmbeddingModel`, the
+  embedding side of the service.
 * :mod:`~jingpai.reranker.service.metrics` — :class:`ServiceMetrics` (Prometheus).
-* :mod:`~jingpai.reranker.service.schemas` — the API's request/response models.
-* :mod:`~jingpai.reranker.service.rerank_routes`, :mod:`~jingpai.reranker.service.service_routes`,
+* :mod:`~jingpai.reranker.service.schemas`, :mod:`~jingpai.reranker.service.embed_schemas` — the API's
+  request/response models.
+* :mod:`~jingpai.reranker.service.rerank_routes`, :mod:`~jingpai.reranker.service.embed_routes`,
+  :mod:`~jingpai.reranker.service.service_routes`,
   :mod:`~jingpai.reranker.service.middleware` and :mod:`~jingpai.reranker.service.app` — the HTTP app.
 """
 
@@ -52,6 +61,7 @@ from jingpai.lazy import lazy_exports
 #: ``jingpai.reranker.service.settings`` alone (what ``jingpai serve --help`` needs) loads neither
 #: torch nor FastAPI.
 _EXPORTS = {
+    "CannotEmbedError": "errors",
     "InvalidInputError": "errors",
     "PayloadTooLargeError": "errors",
     "QueueTimeoutError": "errors",
@@ -74,6 +84,8 @@ _EXPORTS = {
     "serving_model": "model_copy",
     "BatchingEngine": "batching",
     "RerankService": "scoring",
+    "EmbeddingModel": "embedding",
+    "TextEmbedder": "embedding",
     "ErrorBody": "schemas",
     "create_app": "app",
 }

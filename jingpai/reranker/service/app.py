@@ -1,7 +1,7 @@
 """The rerank service's FastAPI app (:func:`create_app`): one model, several client conventions.
 
 The app is assembled from the route modules (:mod:`~jingpai.reranker.service.rerank_routes`,
-:mod:`~jingpai.reranker.service.service_routes`), the body-limit/metrics middleware and one exception
+:mod:`~jingpai.reranker.service.embed_routes`, :mod:`~jingpai.reranker.service.service_routes`), the body-limit/metrics middleware and one exception
 handler (:func:`~jingpai.reranker.service.errors.error_response`).
 """
 
@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jingpai import __version__
 from jingpai.reranker.base import Reranker
+from jingpai.reranker.service.embed_routes import add_embed_routes
 from jingpai.reranker.service.errors import ServiceError
 from jingpai.reranker.service.http_errors import dialect_of, error_response
 from jingpai.reranker.service.metrics import ServiceMetrics
@@ -63,13 +64,15 @@ def create_app(settings: ServiceSettings, model: Reranker, *, copy_model: bool =
     app = FastAPI(
         title="jingpai rerank service",
         version=__version__,
-        description="Reranks documents for a query with one jingpai model; TEI, Cohere/Jina and OpenSearch ML request shapes.",
+        description="Reranks documents for a query with one jingpai model; TEI, Cohere/Jina and OpenSearch ML request shapes. "
+        "A bi-encoder also embeds texts (TEI /embed, OpenAI /v1/embeddings).",
         lifespan=lifespan,
     )
     app.state.service = service
     for exc_type in (ServiceError, RequestValidationError, StarletteHTTPException, Exception):
         app.add_exception_handler(exc_type, _handle_error)
     add_rerank_routes(app, service)
+    add_embed_routes(app, service)
     add_service_routes(app, service)
     routes = {r.path for r in app.routes if hasattr(r, "path")}
     app.add_middleware(BodyLimitAndMetrics, limit=settings.max_body_bytes, metrics=service.metrics, routes=routes)

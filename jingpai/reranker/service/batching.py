@@ -5,6 +5,10 @@ and cut into batches whose padded size stays within ``max_batch_tokens``. One as
 queue; one worker thread runs the batches (:class:`~jingpai.reranker.service.forward.ForwardPass`), so
 the event loop keeps accepting requests while the model computes. A merged batch that raises is re-run
 request by request, so only the request that caused the error fails.
+
+Embedding requests (:meth:`BatchingEngine.embed`: texts as token ids, one vector each) share the queue,
+the token budget, the queue timeout and the worker with scoring requests: a round holding both runs each
+kind in batches of its own (a forward pass computes one :data:`~jingpai.reranker.service.forward.Task`).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import numpy as np
 
 from jingpai.reranker.base import Pair, Reranker
 from jingpai.reranker.service.errors import QueueTimeoutError, ScoringError, ServiceClosedError, ServiceError
-from jingpai.reranker.service.forward import ForwardPass, Launched
+from jingpai.reranker.service.forward import ForwardPass, Launched, Task
 from jingpai.reranker.service.metrics import ServiceMetrics
 from jingpai.reranker.service.settings import LIMIT_SOURCE, ComputeDType, ServiceSettings, resolve_max_batch_tokens
 
@@ -32,13 +36,14 @@ logger = logging.getLogger(__name__)
 
 @dataclass(eq=False)
 class _Job:
-    pairs: list[Pair]
+    pairs: Sequence[Any]  # (query, document) pairs; for task "embed", texts as token ids
     lengths: list[int]
     encodings: list[Any] | None
     enqueued: float
     deadline: float
     started: asyncio.Future[None]
     done: asyncio.Future[np.ndarray]
+    task: Task = "score"
     expired: bool = False
 
 
@@ -108,11 +113,24 @@ class BatchingEngine:
             ScoringError: the forward pass failed for this request.
             ServiceClosedError: the engine is shut down.
         """
+        return await self._submit(pairs, lengths, encodings, task="score")
+
+    async def embed(self, token_ids: Sequence[Sequence[int]], lengths: list[int]) -> np.ndarray:
+        """Vectors ``[len(token_ids), dim]`` of texts already cut into the model's token ids (an
+        :class:`~jingpai.reranker.service.embedding.EmbeddingModel`'s ``text_tokens``), in input order;
+        ``lengths``: each text's token count. Queued, batched and limited as :meth:`score` is.
+
+        Raises:
+            QueueTimeoutError, TokenizerError, ScoringError, ServiceClosedError: as :meth:`score`.
+        """
+        return await self._submit(token_ids, lengths, None, task="embed")
+
+    async def _submit(self, pairs: Sequence[Any], lengths: list[int], encodings: list[Any] | None, *, task: Task) -> np.ndarray:
         if self._closed:
             raise ServiceClosedError("the rerank engine is shut down")
         if not pairs:
             return np.empty(0, dtype=np.float32)
-        job = self._enqueue(pairs, lengths, encodings)
+        job = self._enqueue(pairs, lengths, encodings, task)
         timeout = self.settings.queue_timeout_ms / 1000
         try:
             await asyncio.wait_for(asyncio.shield(job.started), timeout=timeout)
@@ -155,11 +173,12 @@ class BatchingEngine:
 
     # -------------------------------------------------------------- collector (event loop)
 
-    def _enqueue(self, pairs: list[Pair], lengths: list[int], encodings: list[Any] | None) -> _Job:
+    def _enqueue(self, pairs: Sequence[Any], lengths: list[int], encodings: list[Any] | None, task: Task) -> _Job:
         self._ensure_started()
         loop = asyncio.get_running_loop()
         now = loop.time()
-        job = _Job(pairs, lengths, encodings, now, now + self.settings.queue_timeout_ms / 1000, loop.create_future(), loop.create_future())
+        deadline = now + self.settings.queue_timeout_ms / 1000
+        job = _Job(pairs, lengths, encodings, now, deadline, loop.create_future(), loop.create_future(), task=task)
         self._queue.append(job)
         self._queued_tokens += sum(lengths)
         assert self._wakeup is not None and self._full is not None
@@ -254,13 +273,17 @@ class BatchingEngine:
 
     def _run_round(self, jobs: list[_Job]) -> _RoundOutcome:
         items = [_Item(j, p, length) for j, job in enumerate(jobs) for p, length in enumerate(job.lengths)]
-        results = {j: np.empty(len(job.pairs), dtype=np.float32) for j, job in enumerate(jobs)}
+        results: dict[int, np.ndarray] = {}  # each job's scores (or vectors), shaped by its first batch
         outcome = _RoundOutcome()
+        batches: list[list[int]] = []
+        for task in dict.fromkeys(job.task for job in jobs):  # a forward pass computes one task
+            of_task = [i for i, it in enumerate(items) if jobs[it.job].task == task]
+            batches += [[of_task[k] for k in batch] for batch in self.plan([items[i].length for i in of_task])]
         # software pipeline: batch k+1 is tokenized on the CPU while the device still runs batch k (CUDA
         # kernels launch asynchronously; only collecting the scores waits), so a GPU is not left idle
         # between batches. On a CPU the forward pass is synchronous and this is plain sequential work.
         pending: _Batch | None = None
-        for batch in [*self.plan([it.length for it in items]), None]:
+        for batch in [*batches, None]:
             launched = None if batch is None else self._launch(jobs, [items[i] for i in batch], outcome)
             if pending is not None:
                 self._settle(jobs, results, outcome, pending)
@@ -275,8 +298,10 @@ class BatchingEngine:
             return None
         job_ids = sorted({it.job for it in members})
         pairs = [jobs[it.job].pairs[it.pos] for it in members]
+        task = jobs[members[0].job].task
         try:
-            return _Batch(members, job_ids, self.forward.launch(pairs, encodings=self._encodings(jobs, members), requests=len(job_ids)))
+            launched = self.forward.launch(pairs, task=task, encodings=self._encodings(jobs, members), requests=len(job_ids))
+            return _Batch(members, job_ids, launched)
         except ServiceError as exc:
             return _Batch(members, job_ids, exc)
 
@@ -295,7 +320,15 @@ class BatchingEngine:
             self._rerun_alone(jobs, results, outcome, batch)
             return
         for it, s in zip(batch.members, scores, strict=True):
-            results[it.job][it.pos] = s
+            self._store(jobs, results, it, s)
+
+    @staticmethod
+    def _store(jobs: list[_Job], results: dict[int, np.ndarray], it: _Item, value: np.ndarray) -> None:
+        """Put one pair's score (one text's vector) into its job's result, made at its first value."""
+        out = results.get(it.job)
+        if out is None:
+            out = results[it.job] = np.empty((len(jobs[it.job].pairs), *np.shape(value)), dtype=np.float32)
+        out[it.pos] = value
 
     @staticmethod
     def _encodings(jobs: list[_Job], members: list[_Item]) -> list[Any] | None:
@@ -310,12 +343,14 @@ class BatchingEngine:
                 continue
             mine = [it for it in batch.members if it.job == j]
             try:
-                own = self.forward.run([jobs[j].pairs[it.pos] for it in mine], encodings=self._encodings(jobs, mine), requests=1)
+                own = self.forward.run(
+                    [jobs[j].pairs[it.pos] for it in mine], task=jobs[j].task, encodings=self._encodings(jobs, mine), requests=1,
+                )
             except ServiceError as exc:
                 outcome.errors[j] = exc
                 continue
             for it, s in zip(mine, own, strict=True):
-                results[j][it.pos] = s
+                self._store(jobs, results, it, s)
 
 
 __all__ = ["BatchingEngine"]

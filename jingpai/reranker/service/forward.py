@@ -3,14 +3,21 @@
 The batching engine's worker thread calls it. :meth:`ForwardPass.launch` returns as soon as the forward
 pass is queued on the device (on a GPU the kernels run asynchronously), :meth:`ForwardPass.collect`
 waits for its scores: the engine tokenizes the next batch in between.
+
+A batch is one :data:`Task`: ``score`` (pairs → one score each, the reranking routes) or ``embed`` (texts
+already cut into token ids → one vector each, ``/embed`` and ``/v1/embeddings``; the model is an
+:class:`~jingpai.reranker.service.embedding.EmbeddingModel`). Both run in the same dtype, on the same
+thread, counted in the same metrics; only scoring is compiled (``compile``).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -26,12 +33,17 @@ logger = logging.getLogger(__name__)
 #: the torch dtype each compute dtype runs in (``None``: the weights' own fp32; int8 quantizes instead)
 DTYPES: dict[str, torch.dtype | None] = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None, "int8": None}
 
+#: what a batch computes: ``score`` — one score per (query, document) pair; ``embed`` — one vector per text
+Task = Literal["score", "embed"]
+
 
 @dataclass(frozen=True)
 class Launched:
-    """A batch whose forward pass was started: its (possibly not yet computed) scores and bookkeeping."""
+    """A batch whose forward pass was started: its (possibly not yet computed) scores (or vectors, for
+    ``embed``) and bookkeeping; ``pairs`` counts its rows (pairs or texts)."""
 
     scores: torch.Tensor
+    task: Task
     pairs: int
     requests: int
     tokens: int
@@ -67,15 +79,20 @@ class ForwardPass:
             if compiled is not None:
                 self._scores, self.compiled = compiled, True
 
-    def run(self, pairs: list[Pair], *, encodings: list[Any] | None = None, requests: int, record: bool = True) -> np.ndarray:
-        """Scores of ``pairs``, computed now (featurize, forward, wait for the result)."""
-        return self.collect(self.launch(pairs, encodings=encodings, requests=requests, record=record))
+    def run(
+        self, pairs: Sequence[Any], *, task: Task = "score", encodings: list[Any] | None = None, requests: int, record: bool = True,
+    ) -> np.ndarray:
+        """Scores of ``pairs`` (vectors of token-id texts, for ``embed``), computed now (featurize, forward, wait)."""
+        return self.collect(self.launch(pairs, task=task, encodings=encodings, requests=requests, record=record))
 
-    def launch(self, pairs: list[Pair], *, encodings: list[Any] | None = None, requests: int, record: bool = True) -> Launched:
+    def launch(
+        self, pairs: Sequence[Any], *, task: Task = "score", encodings: list[Any] | None = None, requests: int, record: bool = True,
+    ) -> Launched:
         """Featurize ``pairs`` and start their forward pass; on a GPU this returns before it finishes.
 
         ``encodings``: the pairs' encodings where the caller already tokenized them (the model must read
-        pair encodings); a ``None`` among them is encoded here from its pair's text.
+        pair encodings); a ``None`` among them is encoded here from its pair's text. With ``task="embed"``,
+        ``pairs`` are texts as token ids (the model's ``text_tokens``), each computed into one vector.
 
         Raises:
             TokenizerError: the model could not featurize the pairs.
@@ -83,24 +100,29 @@ class ForwardPass:
         """
         t0 = time.perf_counter()
         try:
-            features = self._featurize(pairs, encodings)
+            # an embed batch holds texts as token ids, read by the model's featurize_tokens (an EmbeddingModel)
+            features = self.model.featurize_tokens(pairs) if task == "embed" else self._featurize(pairs, encodings)  # type: ignore[attr-defined]
         except Exception as exc:
             self.metrics.failed_batches.inc()
             logger.warning("featurize failed for %d pairs: %s: %s", len(pairs), type(exc).__name__, exc)
             raise TokenizerError(f"the model could not read this request's input: {type(exc).__name__}: {exc}") from exc
         try:
-            scores = self._forward(features)
+            with torch.inference_mode():
+                # only scoring is compiled; embedding runs eager in the same dtype
+                batch = self.model.to_device(features)
+                forward = functools.partial(self._eager, self.model.embeddings) if task == "embed" else self._scores  # type: ignore[attr-defined]
+                scores = forward(batch).float()
         except Exception as exc:
             self.metrics.failed_batches.inc()
             logger.warning("forward pass failed for %d pairs: %s: %s", len(pairs), type(exc).__name__, exc)
-            raise ScoringError(f"scoring failed: {type(exc).__name__}: {exc}") from exc
+            raise ScoringError(f"{'embedding' if task == 'embed' else 'scoring'} failed: {type(exc).__name__}: {exc}") from exc
         ids = features.get("input_ids")
         tokens = int(ids.numel()) if isinstance(ids, torch.Tensor) else 0
         mask = features.get("attention_mask")
         # featurize drops an all-ones mask: no mask means no padding
         has_mask = isinstance(mask, torch.Tensor) and isinstance(ids, torch.Tensor) and mask.shape == ids.shape
         real = int(mask.sum()) if has_mask else tokens
-        return Launched(scores, len(pairs), requests, tokens, real, t0, record)
+        return Launched(scores, task, len(pairs), requests, tokens, real, t0, record)
 
     def _featurize(self, pairs: list[Pair], encodings: list[Any] | None) -> dict[str, torch.Tensor]:
         if encodings is None:
@@ -112,19 +134,18 @@ class ForwardPass:
                 encodings[i] = e
         return self.model.featurize_encodings(encodings)
 
-    def _forward(self, features: dict[str, torch.Tensor]) -> torch.Tensor:
-        with torch.inference_mode():
-            return self._scores(self.model.to_device(features)).float()
-
     def _eager_scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """Scores of a batch already on the device, in the service's dtype (what ``compile`` compiles)."""
-        model = self.model
+        return self._eager(self.model.scores, batch)
+
+    def _eager(self, forward: ScoresFn, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """``forward(batch)`` in the service's dtype: inputs cast where the weights were, else under autocast."""
         if self.cast_inputs:
             batch = {k: v.to(self.autocast_dtype) if isinstance(v, torch.Tensor) and v.is_floating_point() else v for k, v in batch.items()}
-            return model.scores(batch)
+            return forward(batch)
         enabled = self.autocast_dtype is not None
-        with torch.autocast(model.device.type, dtype=self.autocast_dtype or torch.bfloat16, enabled=enabled):
-            return model.scores(batch)
+        with torch.autocast(self.model.device.type, dtype=self.autocast_dtype or torch.bfloat16, enabled=enabled):
+            return forward(batch)
 
     def collect(self, launched: Launched) -> np.ndarray:
         """Wait for a launched forward pass and return its scores (recording the batch's metrics).
@@ -139,9 +160,10 @@ class ForwardPass:
             self.metrics.failed_batches.inc()
             logger.warning("forward pass failed for %d pairs: %s: %s", launched.pairs, type(exc).__name__, exc)
             raise ScoringError(f"scoring failed: {type(exc).__name__}: {exc}") from exc
-        if out.shape != (launched.pairs,):
+        if (out.shape != (launched.pairs,)) if launched.task == "score" else (out.ndim != 2 or len(out) != launched.pairs):
             self.metrics.failed_batches.inc()
-            raise ScoringError(f"model {self.model.name} returned scores of shape {tuple(out.shape)} for {launched.pairs} pairs")
+            what, rows = ("scores", "pairs") if launched.task == "score" else ("vectors", "texts")
+            raise ScoringError(f"model {self.model.name} returned {what} of shape {tuple(out.shape)} for {launched.pairs} {rows}")
         if launched.record:
             self._record(launched)
         return out
@@ -149,7 +171,7 @@ class ForwardPass:
     def _record(self, launched: Launched) -> None:
         m = self.metrics
         m.batches.inc()
-        m.pairs.inc(launched.pairs)
+        (m.embedded if launched.task == "embed" else m.pairs).inc(launched.pairs)
         m.batch_pairs.observe(launched.pairs)
         m.batch_requests.observe(launched.requests)
         if launched.tokens:
@@ -160,4 +182,4 @@ class ForwardPass:
         m.inference_seconds.observe(time.perf_counter() - launched.started)
 
 
-__all__ = ["DTYPES", "ForwardPass", "Launched"]
+__all__ = ["DTYPES", "ForwardPass", "Launched", "Task"]

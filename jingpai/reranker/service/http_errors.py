@@ -4,7 +4,8 @@ A :class:`~jingpai.reranker.service.errors.ServiceError` answers the status and 
 :data:`~jingpai.reranker.service.errors.HTTP_STATUS` gives its class; FastAPI's own errors (a body that
 is no JSON text, a failed validation, an unknown route) and bugs get the same body, with a message that
 names the bad field or value. The body follows the route's client convention (:data:`ROUTE_DIALECT`):
-TEI's ``{"error", "error_type"}``, or Cohere's ``{"message"}`` on ``/v1/rerank`` and ``/v2/rerank``.
+TEI's ``{"error", "error_type"}``, Cohere's ``{"message"}`` on ``/v1/rerank`` and ``/v2/rerank``, or
+OpenAI's ``{"error": {"message", "type", "param", "code"}}`` on ``/v1/embeddings``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from jingpai.reranker.service.errors import ErrorDialect, ErrorType, QueueTimeou
 logger = logging.getLogger(__name__)
 
 #: the routes whose clients expect another error convention than the service's own (TEI's body)
-ROUTE_DIALECT: dict[str, ErrorDialect] = {"/rerank": "tei", "/v1/rerank": "cohere", "/v2/rerank": "cohere"}
+ROUTE_DIALECT: dict[str, ErrorDialect] = {
+    "/rerank": "tei", "/embed": "tei", "/v1/rerank": "cohere", "/v2/rerank": "cohere", "/v1/embeddings": "openai",
+}
+
+#: OpenAI's ``error.type`` by status class (``error.code`` carries the service's own kind, lowercased)
+OPENAI_TYPE = {429: "rate_limit_error", 4: "invalid_request_error", 5: "server_error"}
 
 
 def dialect_of(path: str) -> ErrorDialect:
@@ -34,14 +40,16 @@ def error_response(exc: Exception, *, dialect: ErrorDialect = "service") -> JSON
 
     Args:
         exc: the error.
-        dialect: ``cohere``: ``{"message": message}``; otherwise TEI's ``{"error": message, "error_type": kind}``
+        dialect: ``cohere``: ``{"message": message}``; ``openai``: ``{"error": {"message", "type", "param",
+            "code"}}`` and 400 for an invalid request; otherwise TEI's ``{"error": message, "error_type": kind}``
             (``tei``: a failed forward pass answers TEI's 424 instead of 500).
     """
     headers: dict[str, str] = {}
     status: int
     kind: ErrorType
+    param: str | None = None
     if isinstance(exc, ServiceError):
-        (status, kind), message = http_status(exc, dialect=dialect), str(exc)
+        (status, kind), message, param = http_status(exc, dialect=dialect), str(exc), exc.param
         if isinstance(exc, QueueTimeoutError):
             headers["Retry-After"] = str(exc.retry_after_s)
     elif isinstance(exc, StarletteHTTPException) and exc.status_code == 400 and exc.__cause__ is not None:
@@ -52,12 +60,24 @@ def error_response(exc: Exception, *, dialect: ErrorDialect = "service") -> JSON
         status, kind, message = exc.status_code, "Http", str(exc.detail)
         headers.update(exc.headers or {})
     elif isinstance(exc, RequestValidationError):
-        status, kind = 422, "Validation"
+        status, kind = 400 if dialect == "openai" else 422, "Validation"
         message = "; ".join(_describe_validation_error(err) for err in exc.errors())
+        # OpenAI's param names the request field (input), not the branch of its type union (input.str);
+        # invalid JSON has none (its location is a character position)
+        first = exc.errors()[0] if exc.errors() else {}
+        fields = [p for p in first.get("loc", ()) if p != "body"]
+        param = str(fields[0]) if fields and first.get("type") != "json_invalid" else None
     else:
         logger.exception("unhandled error", exc_info=exc)
         status, kind, message = 500, "Internal", f"internal error: {type(exc).__name__}: {exc}"
-    body: dict[str, str] = {"message": message} if dialect == "cohere" else {"error": message, "error_type": kind}
+    body: dict[str, Any]
+    if dialect == "cohere":
+        body = {"message": message}
+    elif dialect == "openai":
+        kind_of_error = OPENAI_TYPE.get(status, OPENAI_TYPE[status // 100])
+        body = {"error": {"message": message, "type": kind_of_error, "param": param, "code": kind.lower()}}
+    else:
+        body = {"error": message, "error_type": kind}
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -81,4 +101,4 @@ def _describe_validation_error(err: dict[str, Any]) -> str:
     return f"{loc}: {err.get('msg', 'invalid')}"
 
 
-__all__ = ["ROUTE_DIALECT", "dialect_of", "error_response"]
+__all__ = ["OPENAI_TYPE", "ROUTE_DIALECT", "dialect_of", "error_response"]

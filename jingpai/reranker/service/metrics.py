@@ -14,11 +14,12 @@ class ServiceMetrics:
         self.requests = Counter("jingpai_rerank_requests", "HTTP requests by route and status", ["route", "status"], registry=r)
         self.request_seconds = Histogram("jingpai_rerank_request_seconds", "HTTP request latency", ["route"], registry=r)
         self.pairs = Counter("jingpai_rerank_pairs", "(query, document) pairs scored, chunks included", registry=r)
+        self.embedded = Counter("jingpai_rerank_embedded_texts", "texts embedded (/embed, /v1/embeddings)", registry=r)
         self.batches = Counter("jingpai_rerank_batches", "forward passes run", registry=r)
         self.failed_batches = Counter("jingpai_rerank_failed_batches", "forward passes that raised", registry=r)
         self.queue_timeouts = Counter("jingpai_rerank_queue_timeouts", "requests answered 429 (overloaded) after waiting too long", registry=r)
         buckets_n = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-        self.batch_pairs = Histogram("jingpai_rerank_batch_pairs", "pairs per forward pass", buckets=buckets_n, registry=r)
+        self.batch_pairs = Histogram("jingpai_rerank_batch_pairs", "pairs (texts, when embedding) per forward pass", buckets=buckets_n, registry=r)
         self.batch_requests = Histogram("jingpai_rerank_batch_requests", "requests merged into one forward pass", buckets=buckets_n, registry=r)
         self.batch_tokens = Histogram(
             "jingpai_rerank_batch_tokens", "padded tokens per forward pass",

@@ -25,7 +25,15 @@ def _integral(value: Any) -> Any:
 PositiveJsonInt = Annotated[int, Field(ge=1), BeforeValidator(_integral)]
 
 
-class _Strict(BaseModel):
+def bounded_json_int(le: int) -> Any:
+    """:data:`PositiveJsonInt` at most ``le`` (a bound known only when the app is built, such as the served
+    model's embedding dimensions); both bounds sit inside the annotation, so the schema says ``maximum``."""
+    return Annotated[int, Field(ge=1, le=le), BeforeValidator(_integral)]
+
+
+class StrictRequest(BaseModel):
+    """Base of every request model: strict types, unknown fields refused."""
+
     # strict: a value must already have its schema type (``0`` is no boolean, ``"3"`` no integer), so
     # whatever the OpenAPI schema calls invalid is refused rather than quietly coerced
     model_config = ConfigDict(extra="forbid", strict=True)
@@ -35,7 +43,7 @@ class _Strict(BaseModel):
 TruncationDirection = Literal["Right", "Left", "right", "left"]
 
 
-class TeiRerankRequest(_Strict):
+class TeiRerankRequest(StrictRequest):
     """Hugging Face text-embeddings-inference ``/rerank`` request."""
 
     query: str
@@ -93,7 +101,7 @@ class CohereDocument(BaseModel):
     text: str | None = None
 
 
-class CohereRerankRequest(_Strict):
+class CohereRerankRequest(StrictRequest):
     """Cohere / Jina rerank request.
 
     ``create_app`` narrows ``model`` to the served model's name: a request naming another model is
@@ -178,7 +186,7 @@ class CohereRerankResponse(BaseModel):
     meta: CohereMeta
 
 
-class TextSimilarityRequest(_Strict):
+class TextSimilarityRequest(StrictRequest):
     """OpenSearch ML Commons ``text_similarity`` input."""
 
     query_text: str
@@ -273,6 +281,9 @@ class Info(BaseModel):
     token_counts: Literal["exact", "estimated"]
     max_input_length: int = Field(description="TEI: tokens per (query, document) pair (limits.max_length)")
     max_client_batch_size: int = Field(description="TEI: texts per request (limits.max_docs)")
+    embedding_dim: int | None = Field(
+        None, description="dimensions of the vectors /embed and /v1/embeddings answer; null: the model cannot embed (a cross-encoder)"
+    )
     auto_truncate: bool = Field(True, description="TEI: pairs over max_input_length are cut unless the request sends truncate=false")
     limits: Limits
 
@@ -293,10 +304,12 @@ __all__ = [
     "ModelTensor",
     "ModelTensorOutput",
     "PositiveJsonInt",
+    "StrictRequest",
     "TeiRank",
     "TeiRerankRequest",
     "TextSimilarityRequest",
     "TextSimilarityResponse",
     "TruncationDirection",
+    "bounded_json_int",
     "scoring_errors",
 ]

@@ -18,6 +18,7 @@ import numpy as np
 
 from jingpai.reranker.base import Pair, Reranker
 from jingpai.reranker.service.batching import BatchingEngine
+from jingpai.reranker.service.embedding import TextEmbedder
 from jingpai.reranker.service.errors import InvalidInputError, PayloadTooLargeError
 from jingpai.reranker.service.measuring import TextMeasure, longest_first
 from jingpai.reranker.service.metrics import ServiceMetrics
@@ -64,6 +65,8 @@ class RerankService:
         # token counting/chunking runs off the event loop on one thread of its own (TextMeasure is not
         # thread-safe), in parallel with the model's worker thread
         self._prep = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jingpai-rerank-prep")
+        #: the embedding routes' side of the service: same model, engine, limits and preparation thread
+        self.embedder = TextEmbedder(self.model, settings, self.engine, self._prep, max_length=self.max_length)
 
     @property
     def model_name(self) -> str:

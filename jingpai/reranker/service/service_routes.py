@@ -13,8 +13,8 @@ from jingpai.reranker.service.scoring import RerankService
 
 
 def describe(service: RerankService) -> Info:
-    """The ``/info`` answer: model, architecture, dictionary version, device, dtype and limits (and TEI's
-    ``model_id``, ``max_input_length``, ``max_client_batch_size``, ``auto_truncate``)."""
+    """The ``/info`` answer: model, architecture, dictionary version, device, dtype, limits and the
+    embedding dimensions (and TEI's ``model_id``, ``max_input_length``, ``max_client_batch_size``, ``auto_truncate``)."""
     model, settings = service.model, service.settings
     hf_config = getattr(model.net, "config", None)
     return Info(
@@ -35,6 +35,7 @@ def describe(service: RerankService) -> Info:
         token_counts="exact" if service.measure.exact else "estimated",
         max_input_length=service.max_length,
         max_client_batch_size=settings.max_docs,
+        embedding_dim=service.embedder.dim,
         limits=Limits(
             max_docs=settings.max_docs, max_body_bytes=settings.max_body_bytes, max_query_chars=settings.max_query_chars,
             max_length=service.max_length, max_batch_tokens=service.engine.max_batch_tokens, queue_timeout_ms=settings.queue_timeout_ms,
