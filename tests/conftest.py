@@ -4,6 +4,8 @@ Set ``JINGPAI_TEST_OPENSEARCH_URL`` / ``JINGPAI_TEST_ELASTICSEARCH_URL`` to reus
 run (``jingpai engine up``) and skip the start-up while iterating locally. The OpenSearch node with the
 optional modules (:func:`opensearch_modules`) starts only for the tests that ask for it; reuse one with
 ``JINGPAI_TEST_OPENSEARCH_MODULES_URL`` (``jingpai engine up --modules analysis-common,lang-painless,mapper-extras``).
+The OpenSearch node with the k-NN plugin (:func:`opensearch_knn`, for document vectors) likewise; reuse one with
+``JINGPAI_TEST_OPENSEARCH_KNN_URL`` (``jingpai engine up --plugins knn``).
 """
 
 from __future__ import annotations
@@ -98,6 +100,23 @@ def opensearch_modules() -> Iterator[Engine]:
     settings = None if given else harness.EngineSettings(
         kind="opensearch", port=harness.free_port(), modules=harness.MODULE_NAMES
     )
+    try:
+        client = connect(given or harness.start(settings).url)
+        yield client
+        client.close()
+    finally:
+        if settings is not None:
+            harness.stop(settings, purge=True)
+
+
+@pytest.fixture(scope="session")
+def opensearch_knn() -> Iterator[Engine]:
+    """An OpenSearch node WITH the k-NN plugin (``knn_vector`` fields), from Maven Central at the pinned version.
+
+    Started (about 40 s) only by the tests that use this fixture, and stopped after the session.
+    """
+    given = os.environ.get("JINGPAI_TEST_OPENSEARCH_KNN_URL")
+    settings = None if given else harness.EngineSettings(kind="opensearch", port=harness.free_port(), plugins=("knn",))
     try:
         client = connect(given or harness.start(settings).url)
         yield client

@@ -12,7 +12,7 @@ import click
 
 from jingpai.commands.base import JingpaiGroup
 from jingpai.commands.options import Opt, settings_from, settings_options
-from jingpai.engine.settings import MODULE_NAMES, EngineSettings
+from jingpai.engine.settings import KNN_PLUGIN_VERSIONS, MODULE_NAMES, PLUGIN_NAMES, EngineSettings
 
 #: how EngineSettings' fields look on the command line (env ``JINGPAI_ENGINE_*``)
 NODE_OPTIONS: dict[str, Opt] = {
@@ -27,6 +27,13 @@ HEAP_OPTIONS: dict[str, Opt] = {
         metavar="NAME,…",
         help=f"OpenSearch only: modules to add from Maven Central ({', '.join(MODULE_NAMES)}); "
         "Elasticsearch 8.19's are not published there.",
+    ),
+    "plugins": Opt(
+        csv=True,
+        metavar="NAME,…",
+        help=f"OpenSearch only: plugins to install from Maven Central ({', '.join(PLUGIN_NAMES)}: k-NN, for "
+        f"`jingpai index --vectors`; pinned OpenSearch versions {', '.join(KNN_PLUGIN_VERSIONS)}). "
+        "Elasticsearch needs none.",
     ),
 }
 _kind_port = {name: NODE_OPTIONS[name] for name in ("kind", "port")}
@@ -66,6 +73,7 @@ def up(cache_dir: Path | None, **values) -> None:
     """Download (once), configure and start a node; print its URL."""
     settings = settings_from(EngineSettings, values, {**NODE_OPTIONS, **HEAP_OPTIONS}, cache_dir=_engines_dir(cache_dir))
     with_modules = f" with modules {', '.join(settings.modules)}" if settings.modules else ""
+    with_modules += f" and plugins {', '.join(settings.plugins)}" if settings.plugins else ""
     click.echo(f"starting {settings.kind} {settings.resolved_version}{with_modules} on {settings.url} …", err=True)
     node = _harness().start(settings)
     click.echo(f"{node.kind} {node.version} ready (pid {node.pid}, log {node.log_file})", err=True)
@@ -120,6 +128,7 @@ def status_cmd(cache_dir: Path | None) -> None:
     for node in nodes:
         state = "running" if node.alive else "stopped"
         modules = f"  modules {','.join(node.modules)}" if node.modules else ""
+        modules += f"  plugins {','.join(node.plugins)}" if node.plugins else ""
         click.echo(
             f"{node.kind:<14} {node.version:<9} port {node.port:<6} {state:<8} pid {node.pid:<8} {node.url}  "
             f"log {node.log_file}{modules}"

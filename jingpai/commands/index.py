@@ -67,6 +67,11 @@ RUN_OPTIONS: dict[str, Opt] = {
     "rebuild": Opt(help="Build a new physical index even if one exists for this dictionary."),
     "progress": Opt(flag="--no-progress", negate=True, help="No progress bar."),
     "concurrency": Opt(type=click.IntRange(min=1), help="Bulk requests in flight at once."),
+    "vectors": Opt(metavar="MODEL", type=click.Path(file_okay=False, path_type=Path),
+                   help="A saved bi-encoder (use-bi): one vector per document, indexed for kNN search "
+                        "(OpenSearch needs `jingpai engine up --plugins knn`; not with --spark yet)."),
+    "vector_chunking": Opt(help="With --vectors, text longer than the model's window: embed its first window, "
+                                "or the mean of its windows."),
 }
 
 
@@ -115,7 +120,8 @@ def run(spark, paths, index_name, engine_url, dict_dir, **values) -> None:
 
             report = index_corpus_spark(_connect(engine_url), paths, settings, spark_settings, dictionary=dictionary)
         else:
-            report = index_corpus(_connect(engine_url), paths, settings, dictionary=dictionary)
+            embedder = _embedder(settings.vectors)  # a bad model folder fails before the engine is touched
+            report = index_corpus(_connect(engine_url), paths, settings, dictionary=dictionary, embedder=embedder)
     except BuildCheckError as exc:
         click.echo(exc.report.summary())
         if exc.report.rejected:
@@ -138,6 +144,15 @@ def _checked(make):
         raise click.ClickException(str(exc)) from exc
 
 
+def _embedder(model_dir: Path | None):  # noqa: ANN202 - a ModelEmbedder
+    if model_dir is None:
+        return None
+    # imported here: it loads torch, which `jingpai index --help` must not pay for
+    from jingpai.jobs.document_vectors import load_embedder
+
+    return load_embedder(model_dir)
+
+
 def _dictionary(dict_dir: Path | None):
     if dict_dir is None:
         return None
@@ -158,7 +173,8 @@ def status(name: str, engine_url: str) -> None:
         raise click.ClickException(f"no jingpai index versions named {name}-<dict>-<n> at {engine_url}")
     for v in versions:
         marker = "*" if v.aliased else " "
-        click.echo(f"{marker} {v.name:<40} dict {v.dict_version:<13} docs {v.docs}")
+        vectors = f"  vectors {v.vector_model} ({v.vector_dims}-d)" if v.vector_model else ""
+        click.echo(f"{marker} {v.name:<40} dict {v.dict_version:<13} docs {v.docs}{vectors}")
 
 
 @index.command()

@@ -15,12 +15,13 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
 
+from jingpai.engine import vectors
 from jingpai.engine.defaults import DEFAULT_ENGINE_URL
 from jingpai.errors import UnavailableError
 
@@ -255,6 +256,45 @@ class Engine:
         info = self.raw.nodes.info(node_id="_local", metric="plugins")
         node = next(iter(info["nodes"].values()))
         return {m["name"] for m in node.get("modules", [])} | {p["name"] for p in node.get("plugins", [])}
+
+    # ------------------------------------------------------------------ dense vectors (jingpai.engine.vectors)
+
+    def check_vectors(self) -> None:
+        """Raise :class:`~jingpai.engine.vectors.VectorsUnsupportedError` unless this engine can index dense
+        vectors (Elasticsearch 8 always can; OpenSearch with its k-NN plugin)."""
+        problem = vectors.missing_support(self.kind, self.modules())
+        if problem is not None:
+            raise vectors.VectorsUnsupportedError(f"{self.kind} {self.version} at {self.url}: {problem}")
+
+    def vector_mapping(self, dims: int) -> dict:
+        """The mapping of a vector field of ``dims`` dimensions holding unit-length vectors, HNSW-indexed
+        and int8-quantised: ``dense_vector`` (Elasticsearch) or ``knn_vector`` (OpenSearch)."""
+        return vectors.field_mapping(self.kind, dims)
+
+    def vector_index_settings(self) -> dict:
+        """Settings an index with a vector field needs at creation (OpenSearch: ``index.knn``; else none)."""
+        return vectors.index_settings(self.kind)
+
+    def knn_search(
+        self, index: str, vector: Sequence[float], *, field: str, k: int = 10, num_candidates: int = 100,
+        filter: dict | None = None,
+    ) -> dict:
+        """The ``k`` documents whose ``field`` vectors are nearest to ``vector``, as :meth:`search` returns them.
+
+        Args:
+            index: index or alias.
+            vector: the query vector, as many dimensions as the field (scaled to unit length here).
+            field: the vector field (an index built by ``jingpai index --vectors``: ``IndexMeta.vector_field``).
+            k: hits returned.
+            num_candidates: HNSW candidates examined per shard (>= ``k``; more: better recall, slower).
+            filter: a query the hits must match, applied during the graph search.
+
+        Returns:
+            The search response: ``hits.hits`` best first, ``_score`` = ``(1 + cosine) / 2`` on both engines,
+            ``_source`` without the vector field.
+        """
+        body = vectors.knn_body(self.kind, [float(x) for x in vector], field=field, k=k, num_candidates=num_candidates, filter=filter)
+        return self.search(index, body)
 
     def search(self, index: str, body: dict, **params: Any) -> dict:
         """Run a search with a full request body; return the response as a dict."""

@@ -12,6 +12,8 @@ the distributions and the node lifecycle.
 
 Note: the integ-test-zip distributions carry only the core modules (no ``analysis-common``,
 ``mapper-extras``, ``lang-painless``), so everything jingpai sends to an engine uses core features only.
+OpenSearch's optional modules (:mod:`jingpai.engine.modules`) and its k-NN plugin
+(:mod:`jingpai.engine.plugins`, needed for document vectors) are added to a home of their own on request.
 
 Example:
     >>> settings = EngineSettings(kind="opensearch", port=9200)
@@ -26,6 +28,7 @@ from __future__ import annotations
 from jingpai.engine.distributions import ensure_distribution, java_home
 from jingpai.engine.modules import OPENSEARCH_MODULES, ensure_home_with_modules, loaded_modules, verify_modules
 from jingpai.engine.node import launch, run_dir, running, start, status, stop, wait
+from jingpai.engine.plugins import OPENSEARCH_PLUGINS, loaded_plugins, verify_plugins
 from jingpai.engine.settings import (
     ARTIFACTS,
     DEFAULT_PORTS,
@@ -37,7 +40,9 @@ from jingpai.engine.settings import (
     EngineKind,
     EngineModuleError,
     EngineSettings,
+    KNN_PLUGIN_VERSIONS,
     NodeInfo,
+    PLUGIN_NAMES,
     default_cache_dir,
 )
 from jingpai.net import free_port  # re-exported: the tests and the bench import it from here
@@ -48,8 +53,11 @@ __all__ = [
     "DEFAULT_VERSIONS",
     "ENGINE_KINDS",
     "ENGINE_USER",
+    "KNN_PLUGIN_VERSIONS",
     "MODULE_NAMES",
     "OPENSEARCH_MODULES",
+    "OPENSEARCH_PLUGINS",
+    "PLUGIN_NAMES",
     "EngineError",
     "EngineKind",
     "EngineModuleError",
@@ -62,11 +70,13 @@ __all__ = [
     "java_home",
     "launch",
     "loaded_modules",
+    "loaded_plugins",
     "run_dir",
     "running",
     "start",
     "status",
     "stop",
     "verify_modules",
+    "verify_plugins",
     "wait",
 ]

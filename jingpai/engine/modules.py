@@ -29,6 +29,7 @@ from pathlib import Path
 import httpx
 
 from jingpai.engine.distributions import ensure_distribution, require_tool
+from jingpai.engine.plugins import install_plugins
 from jingpai.engine.settings import MODULE_NAMES, EngineError, EngineSettings
 
 logger = logging.getLogger(__name__)
@@ -174,9 +175,10 @@ def _add_module(settings: EngineSettings, modules_dir: Path, name: str, core_jar
 
 
 def ensure_home_with_modules(settings: EngineSettings) -> Path:
-    """The distribution with ``settings.modules`` added, in a home of its own; the plain one without modules."""
+    """The distribution with ``settings.modules`` added and ``settings.plugins`` installed
+    (:func:`~jingpai.engine.plugins.install_plugins`), in a home of its own; the plain one without either."""
     base = ensure_distribution(settings)
-    if not settings.modules:
+    if not settings.modules and not settings.plugins:
         return base
     home = settings.home
     marker = home / ".jingpai-unpacked"
@@ -192,9 +194,11 @@ def ensure_home_with_modules(settings: EngineSettings) -> Path:
             logger.info("%s %s ships module %s already", settings.kind, settings.resolved_version, name)
             continue
         _add_module(settings, staging / "modules", name, core_jars)
+    # after the modules: the plugin tool checks that the modules a plugin extends are there
+    install_plugins(settings, staging)
     shutil.rmtree(home, ignore_errors=True)
     staging.rename(home)
-    marker.write_text(",".join(settings.modules))
+    marker.write_text(",".join((*settings.modules, *settings.plugins)))
     return home
 
 

@@ -22,6 +22,7 @@ import httpx
 
 from jingpai.engine.distributions import java_home, require_tool
 from jingpai.engine.modules import ensure_home_with_modules, verify_modules
+from jingpai.engine.plugins import verify_plugins
 from jingpai.engine.settings import ENGINE_USER, EngineError, EngineKind, EngineSettings, NodeInfo, default_cache_dir
 
 logger = logging.getLogger(__name__)
@@ -221,10 +222,12 @@ def launch(settings: EngineSettings) -> subprocess.Popen:
                 "url": settings.url,
                 "pid": proc.pid,
                 "modules": list(settings.modules),
+                "plugins": list(settings.plugins),
             }
         )
     )
     with_modules = f" with modules {', '.join(settings.modules)}" if settings.modules else ""
+    with_modules += f" and plugins {', '.join(settings.plugins)}" if settings.plugins else ""
     logger.info("started %s %s%s (pid %d) on %s", settings.kind, settings.resolved_version, with_modules, proc.pid, settings.url)
     return proc
 
@@ -232,18 +235,21 @@ def launch(settings: EngineSettings) -> subprocess.Popen:
 def wait(settings: EngineSettings, proc: subprocess.Popen) -> NodeInfo:
     """Wait until a node spawned by :func:`launch` answers with a yellow/green cluster.
 
-    With ``settings.modules`` the node must also list each of them as loaded; otherwise it is stopped
-    and :class:`EngineError` names the modules missing.
+    With ``settings.modules`` (``settings.plugins``) the node must also list each of them as loaded;
+    otherwise it is stopped and :class:`EngineError` names the modules (plugins) missing.
     """
     inst = settings.instance_dir
     try:
         root_info = _wait_ready(settings, proc, inst / "engine.log")
     except EngineError as exc:
-        if not settings.modules:
+        if not settings.modules and not settings.plugins:
             raise
-        raise EngineError(f"{settings.kind} with modules {', '.join(settings.modules)}: {exc}") from exc
+        extras = [f"modules {', '.join(settings.modules)}"] if settings.modules else []
+        extras += [f"plugins {', '.join(settings.plugins)}"] if settings.plugins else []
+        raise EngineError(f"{settings.kind} with {' and '.join(extras)}: {exc}") from exc
     try:
         verify_modules(settings)
+        verify_plugins(settings)
     except EngineError:
         _terminate(proc.pid)
         raise
@@ -255,6 +261,7 @@ def wait(settings: EngineSettings, proc: subprocess.Popen) -> NodeInfo:
         instance_dir=inst,
         log_file=inst / "engine.log",
         modules=settings.modules,
+        plugins=settings.plugins,
     )
 
 
@@ -337,6 +344,7 @@ def status(cache_dir: Path | None = None) -> list[NodeInfo]:
                 log_file=inst / "engine.log",
                 alive=pid is not None and _pid_alive(pid, inst),
                 modules=tuple(meta.get("modules", ())),
+                plugins=tuple(meta.get("plugins", ())),
             )
         )
     return sorted(nodes, key=lambda n: (n.kind, n.port))

@@ -6,6 +6,7 @@ Used by :mod:`jingpai.engine.distributions` (which distribution to fetch) and :m
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,8 @@ from typing import Literal
 from urllib.parse import urlsplit
 
 from jingpai.errors import UnavailableError, UserError
+
+logger = logging.getLogger(__name__)
 
 EngineKind = Literal["opensearch", "elasticsearch"]
 ENGINE_KINDS: tuple[EngineKind, ...] = ("opensearch", "elasticsearch")
@@ -28,6 +31,17 @@ DEFAULT_PORTS: dict[EngineKind, int] = {"opensearch": 9200, "elasticsearch": 920
 ENGINE_USER = "jingpai-engine"
 #: optional modules the harness adds to an OpenSearch integ-test distribution (:mod:`jingpai.engine.modules`)
 MODULE_NAMES: tuple[str, ...] = ("analysis-common", "lang-painless", "mapper-extras")
+#: optional plugins the harness installs into an OpenSearch home (:mod:`jingpai.engine.plugins`)
+PLUGIN_NAMES: tuple[str, ...] = ("knn",)
+#: The one place the engine and plugin versions that work together are pinned: OpenSearch version →
+#: ``org.opensearch.plugin:opensearch-knn`` version. A plugin loads only on the exact OpenSearch version
+#: its descriptor names (``opensearch.version``); Maven Central serves the k-NN zip for both of these
+#: (checked with ``mvn dependency:copy``), and 2.19 is the last line that runs on Java 17. The default
+#: OpenSearch (2.19.6) has its match, so ``--plugins knn`` keeps the version every other node runs;
+#: 2.19.1 is the pair the k-NN issue named, kept for ``--version 2.19.1``.
+KNN_PLUGIN_VERSIONS: dict[str, str] = {"2.19.6": "2.19.6.0", "2.19.1": "2.19.1.0"}
+#: modules a plugin extends (``extended.plugins`` in its descriptor): added to the home with it
+PLUGIN_MODULES: dict[str, tuple[str, ...]] = {"knn": ("lang-painless",)}
 
 
 class EngineError(UnavailableError, RuntimeError):
@@ -35,7 +49,8 @@ class EngineError(UnavailableError, RuntimeError):
 
 
 class EngineModuleError(UserError, ValueError):
-    """A requested module is unknown, or the engine kind has no modules on Maven Central."""
+    """A requested module or plugin is unknown, the engine kind has none on Maven Central, or no plugin
+    version is pinned for the requested engine version."""
 
 
 def default_cache_dir() -> Path:
@@ -65,6 +80,9 @@ class EngineSettings:
         startup_timeout_s: how long :func:`start` waits for the cluster to answer.
         modules: optional modules to add (OpenSearch only), from :data:`MODULE_NAMES`; kept sorted and
             unique. A distribution with modules gets a home of its own (:attr:`home`).
+        plugins: optional plugins to install (OpenSearch only), from :data:`PLUGIN_NAMES`, at the version
+            :data:`KNN_PLUGIN_VERSIONS` pins for the engine version; the modules they extend are added
+            to ``modules``. Kept sorted and unique; part of the home's name.
     """
 
     kind: EngineKind = "opensearch"
@@ -74,6 +92,7 @@ class EngineSettings:
     cache_dir: Path | None = None
     startup_timeout_s: float = 180.0
     modules: tuple[str, ...] = ()
+    plugins: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in ENGINE_KINDS:
@@ -90,7 +109,31 @@ class EngineSettings:
                 "modules are not published on Maven Central, so its integ-test distribution runs with core "
                 "modules and jingpai uses its core-only fallbacks there"
             )
-        object.__setattr__(self, "modules", modules)
+        plugins = self._checked_plugins()
+        required = {m for p in plugins for m in PLUGIN_MODULES.get(p, ())}
+        if required - set(modules):
+            logger.info("plugin(s) %s extend module(s) %s: adding them", ", ".join(plugins), ", ".join(sorted(required - set(modules))))
+        object.__setattr__(self, "modules", tuple(sorted(set(modules) | required)))
+        object.__setattr__(self, "plugins", plugins)
+
+    def _checked_plugins(self) -> tuple[str, ...]:
+        plugins = tuple(sorted(set(self.plugins)))
+        unknown = [p for p in plugins if p not in PLUGIN_NAMES]
+        if unknown:
+            raise EngineModuleError(
+                f"unknown engine plugin(s) {', '.join(map(repr, unknown))}; valid plugins: {', '.join(PLUGIN_NAMES)}"
+            )
+        if plugins and self.kind == "elasticsearch":
+            raise EngineModuleError(
+                f"plugins ({', '.join(plugins)}) are for --kind opensearch only: Elasticsearch 8 indexes and searches "
+                "dense vectors (dense_vector, knn) with its core modules, so it needs no plugin"
+            )
+        if "knn" in plugins and self.resolved_version not in KNN_PLUGIN_VERSIONS:
+            raise EngineModuleError(
+                f"no k-NN plugin version is pinned for OpenSearch {self.resolved_version} (a plugin must match the "
+                f"engine version exactly); valid --version with --plugins knn: {', '.join(KNN_PLUGIN_VERSIONS)}"
+            )
+        return plugins
 
     @property
     def resolved_version(self) -> str:
@@ -111,10 +154,11 @@ class EngineSettings:
 
     @property
     def home(self) -> Path:
-        """The home the node runs from: :attr:`dist_home`, or a copy of it with :attr:`modules` added."""
-        if not self.modules:
+        """The home the node runs from: :attr:`dist_home`, or a copy of it with :attr:`modules` and
+        :attr:`plugins` added (``opensearch-2.19.6+lang-painless+knn``)."""
+        if not self.modules and not self.plugins:
             return self.dist_home
-        return self.dist_home.with_name(self.dist_home.name + "+" + "+".join(self.modules))
+        return self.dist_home.with_name(self.dist_home.name + "+" + "+".join((*self.modules, *self.plugins)))
 
     @property
     def instance_dir(self) -> Path:
@@ -138,6 +182,7 @@ class NodeInfo:
     alive: bool = True
     extra: dict = field(default_factory=dict)
     modules: tuple[str, ...] = ()
+    plugins: tuple[str, ...] = ()
 
     @property
     def port(self) -> int:
@@ -158,7 +203,10 @@ __all__ = [
     "EngineKind",
     "EngineModuleError",
     "EngineSettings",
+    "KNN_PLUGIN_VERSIONS",
     "MODULE_NAMES",
+    "PLUGIN_MODULES",
+    "PLUGIN_NAMES",
     "NodeInfo",
     "default_cache_dir",
 ]

@@ -65,13 +65,14 @@ def alias_state(alias: str, before: list[str]) -> str:
 
 def check_build(
     engine: Engine, physical: str, report: IndexReport, settings: IndexSettings, *, live_meta: IndexMeta | None,
-    dict_version: str | None,
+    dict_version: str | None, vector_model: str | None = None,
 ) -> str | None:
     """Why the freshly indexed ``physical`` must not replace the live index, or ``None`` when it may.
 
     A new index fails when the corpus had no records, when it holds no documents, when more than ``settings.max_rejected`` of the
-    records read were quarantined, or when the live index was built with a dictionary and this run has
-    none (searchers would lose the keyword fields the gateway relies on).
+    records read were quarantined, when the live index was built with a dictionary and this run has
+    none (searchers would lose the keyword fields the gateway relies on), or when the live index has
+    document vectors and this run has none (``vector_model``; the gateway's kNN search would lose them).
     """
     if report.read == 0:
         return "the corpus has no records (empty files or blank lines only)"
@@ -86,5 +87,10 @@ def check_build(
         return (
             f"the live index was built with dictionary {live_meta.dict_version} and this run has none (--dict), "
             f"so its documents have no keywords"
+        )
+    if live_meta is not None and live_meta.vector_model is not None and vector_model is None:
+        return (
+            f"the live index has document vectors from model {live_meta.vector_model} and this run has none "
+            f"(--vectors), so kNN search would find nothing"
         )
     return None

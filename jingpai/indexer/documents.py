@@ -2,8 +2,9 @@
 
 A :class:`DocumentBuilder` turns the fields of one record into the JSON document the bulk request
 carries, with the ``jingpai`` fields :mod:`jingpai.indexer.mapping` owns (segmented text, keywords,
-keyword weights), or raises :class:`Rejection` with the reason the record is quarantined for (no text
-field, a reserved or invalid field, a bad id, invalid Unicode, a document over ``max_doc_bytes``).
+keyword weights, and with ``--vectors`` the document's vector), or raises :class:`Rejection` with the reason
+the record is quarantined for (no text field, a reserved or invalid field, a bad id, invalid Unicode, a
+document over ``max_doc_bytes``, with vectors: no text to embed).
 """
 
 from __future__ import annotations
@@ -68,22 +69,24 @@ class DocumentBuilder:
         doc_id, document, _ = self._build(fields)
         return doc_id, document
 
-    def build_json(self, fields: dict, *, record_bytes: int | None = None) -> tuple[str, str]:
+    def build_json(self, fields: dict, *, record_bytes: int | None = None, vector: list[float] | None = None) -> tuple[str, str]:
         """``(id, document as JSON)`` or :class:`Rejection`: :meth:`build` serialised once, the form the
         size limit is checked on and the bulk request carries (the clients pass JSON strings through).
-        ``record_bytes``: the record's size in its file, quoted when the document is over the limit."""
-        doc_id, _, source = self._build(fields, record_bytes)
+        ``record_bytes``: the record's size in its file, quoted when the document is over the limit.
+        ``vector``: the document's unit vector (:class:`~jingpai.indexer.vectors.DocumentVectors`), required
+        when the index has vectors (``meta.vector_field``): a record without one is rejected."""
+        doc_id, _, source = self._build(fields, record_bytes, vector)
         return doc_id, source
 
-    def _build(self, fields: dict, record_bytes: int | None = None) -> tuple[str, dict, str]:
+    def _build(self, fields: dict, record_bytes: int | None = None, vector: list[float] | None = None) -> tuple[str, dict, str]:
         try:
-            return self._augment(fields, record_bytes)
+            return self._augment(fields, record_bytes, vector)
         except UnicodeEncodeError as exc:
             # JSON escapes can smuggle in lone surrogates ("\ud800"), which neither the segmenter nor
             # the engines accept as text
             raise _bad_unicode(fields) from exc
 
-    def _augment(self, fields: dict, record_bytes: int | None) -> tuple[str, dict, str]:
+    def _augment(self, fields: dict, record_bytes: int | None, vector: list[float] | None) -> tuple[str, dict, str]:
         if META_KEY in fields:
             raise Rejection(f"field {META_KEY!r} is reserved for jingpai's own fields")
         texts: dict[str, str] = {}
@@ -97,6 +100,8 @@ class DocumentBuilder:
         if not texts:
             raise Rejection(f"missing text field: none of {', '.join(self.settings.text_fields)} is present and non-empty")
         doc_id = self.doc_id(fields)
+        if self.meta.vector_field is not None and vector is None:
+            raise self._no_vector(texts)
         tokens = {name: self.segmenter.cut(text) for name, text in texts.items()}
         extra: dict = {"seg": {name: " ".join(toks) for name, toks in tokens.items()}}
         if self.keywords is not None:
@@ -108,6 +113,8 @@ class DocumentBuilder:
                 extra["kw"] = encoded
         else:
             extra["keywords"] = []
+        if vector is not None:
+            extra["vector"] = vector
         document = {**fields, META_KEY: extra}
         source = json.dumps(document, ensure_ascii=False)
         size = len(source.encode("utf-8"))
@@ -119,6 +126,15 @@ class DocumentBuilder:
                 kind="document over --max-doc-bytes",
             )
         return doc_id, document, source
+
+
+    def _no_vector(self, texts: dict[str, str]) -> Rejection:
+        names = ", ".join(texts)
+        if not any(text.strip() for text in texts.values()):
+            return Rejection(f"no text to embed: the text field(s) {names} hold only whitespace", kind="no text to embed")
+        return Rejection(
+            f"no vector: model {self.meta.vector_model} gave a zero vector for the text of {names}", kind="no vector",
+        )
 
 
 def _extractor(dictionary: Dictionary, top_k: int, segmenter: Segmenter) -> KeywordExtractor:

@@ -13,7 +13,11 @@ and once per document:
   ``mapper-extras`` module; otherwise (integ-test distributions) a whitespace text field where each keyword is
   repeated 1–:data:`TF_SCALE` times in proportion to its weight, so BM25's tf carries the weight;
 - ``jingpai.entity_scores`` — room for per-entity model relevance written later by the reranker
-  (``rank_features``, or ``nested`` ``{entity, score}`` without mapper-extras).
+  (``rank_features``, or ``nested`` ``{entity, score}`` without mapper-extras);
+- ``jingpai.vector`` — with ``jingpai index --vectors MODEL`` only: the document's unit vector from a
+  bi-encoder, HNSW-indexed (:meth:`Engine.vector_mapping <jingpai.engine.client.Engine.vector_mapping>`);
+  ``_meta`` records the model's id (folder name @ hash of its config and weights), the dimension and the
+  chunking, so the gateway can tell which model must embed the queries for this index.
 
 ``_meta.jingpai`` records all of this plus the dictionary and jingpai versions; :func:`read_meta`
 gives it back to the gateway.
@@ -58,6 +62,13 @@ class IndexMeta:
     weights_field: str = "jingpai.kw"
     entity_field: str = "jingpai.entity_scores"
     seg_fields: dict[str, str] = field(default_factory=dict)
+    #: with vectors: the field, the model's id (``<folder>@<hash>``), its folder when indexed, the
+    #: dimension and how long documents were embedded (``first`` / ``mean``); all ``None`` without
+    vector_field: str | None = None
+    vector_model: str | None = None
+    vector_model_path: str | None = None
+    vector_dims: int | None = None
+    vector_chunking: str | None = None
 
     def __post_init__(self) -> None:
         if not self.seg_fields:
@@ -88,8 +99,19 @@ def engine_encodings(engine: Engine) -> tuple[WeightEncoding, EntityEncoding]:
     return "term_frequency", "nested"
 
 
-def build_mapping(meta: IndexMeta) -> dict:
-    """The full ``mappings`` body for a new physical index."""
+VECTOR_FIELD = f"{META_KEY}.vector"
+
+
+def build_mapping(meta: IndexMeta, *, vector_mapping: dict | None = None) -> dict:
+    """The full ``mappings`` body for a new physical index.
+
+    Args:
+        meta: the index's roles, stored in ``_meta``.
+        vector_mapping: the engine's mapping of ``meta.vector_field``
+            (:meth:`~jingpai.engine.client.Engine.vector_mapping`); needed exactly when the meta has vectors.
+    """
+    if (meta.vector_field is None) != (vector_mapping is None):
+        raise ValueError(f"vector field {meta.vector_field!r} and its mapping ({vector_mapping!r}) go together")
     seg = {f: {"type": "text", "analyzer": "whitespace"} for f in meta.text_fields}
     if meta.weight_encoding == "rank_features":
         kw: dict = {"type": "rank_features"}
@@ -109,6 +131,7 @@ def build_mapping(meta: IndexMeta) -> dict:
                     "keywords": {"type": "keyword"},
                     "kw": kw,
                     "entity_scores": entities,
+                    **({"vector": vector_mapping} if vector_mapping is not None else {}),
                 }
             },
         },
@@ -142,6 +165,7 @@ def read_meta(engine: Engine, index: str) -> IndexMeta:
 
 
 __all__ = [
+    "VECTOR_FIELD",
     "IndexMeta",
     "NotAJingpaiIndexError",
     "build_mapping",

@@ -31,6 +31,7 @@ from jingpai.indexer.quarantine import Quarantine
 from jingpai.indexer.readers import BadRecord, SourceRecord, read_corpus
 from jingpai.indexer.report import IndexReport
 from jingpai.indexer.settings import IndexSettings
+from jingpai.indexer.vectors import DocumentVectors, Embedder, embedding_text, with_vectors
 from jingpai.indexer.versions import choose_physical_index
 
 if TYPE_CHECKING:
@@ -74,8 +75,10 @@ class Target:
         return self.exists and self.physical in self.live_before
 
     @classmethod
-    def choose(cls, engine: Engine, settings: IndexSettings, dict_version: str | None) -> Target:
-        physical, exists = choose_physical_index(engine, settings.index, dict_version, rebuild=settings.rebuild)
+    def choose(cls, engine: Engine, settings: IndexSettings, dict_version: str | None, *, vector_model: str | None = None) -> Target:
+        physical, exists = choose_physical_index(
+            engine, settings.index, dict_version, rebuild=settings.rebuild, vector_model=vector_model,
+        )
         live_before = engine.alias_targets(settings.index)
         live_meta: IndexMeta | None = None
         if live_before:
@@ -92,6 +95,7 @@ def index_corpus(
     settings: IndexSettings,
     *,
     dictionary: Dictionary | None = None,
+    embedder: Embedder | None = None,
     on_progress: Callable[[IndexReport], None] | None = None,
 ) -> IndexReport:
     """Index corpus files into ``settings.index``.
@@ -102,6 +106,9 @@ def index_corpus(
         settings: the run's options.
         dictionary: keyword dictionary for segmentation and keywords (``None``: the segmenter's own
             dictionary, no keywords).
+        embedder: the bi-encoder that gives each document its vector
+            (:func:`jingpai.jobs.document_vectors.load_embedder` of ``settings.vectors``); ``None``: no vectors.
+            Required when ``settings.vectors`` is set.
         on_progress: called after every bulk request with the running report.
 
     Returns:
@@ -110,6 +117,8 @@ def index_corpus(
     Raises:
         CorpusError: a corpus file is missing, of an unknown format, or its header names no text field
             (checked for every file before anything is written).
+        VectorsUnsupportedError: vectors were asked for and the engine cannot index them (OpenSearch
+            without its k-NN plugin); checked before anything is written.
         BuildCheckError: the new physical index failed :func:`check_build` (and ``settings.force`` is
             off): the alias was left where it was and the new index deleted, unless it already was the
             live one.
@@ -123,32 +132,44 @@ def index_corpus(
     started = time.perf_counter()
     _check_sources(paths, settings)
     dict_version = dictionary.version if dictionary is not None else None
-    meta, target, quarantine, report = open_run(engine, settings, dict_version)
+    meta, target, quarantine, report = open_run(engine, settings, dict_version, embedder=embedder)
+    vectors = None if embedder is None else DocumentVectors(embedder, chunking=settings.vector_chunking)
     try:
         with BulkWriter(engine, target.physical, settings, quarantine=quarantine, report=report,
                         live_before=target.live_before, on_progress=on_progress) as writer:
             writer.start(lambda: _prepare_index(engine, target, meta, settings))
             # loading the segmenter and building the first batch overlap creating the index
             builder = DocumentBuilder(settings, meta, dictionary=dictionary, segmenter=Segmenter(dictionary))
-            writer.write(_documents(paths, settings, builder, quarantine, report, target.physical))
+            writer.write(_documents(paths, settings, builder, quarantine, report, target.physical, vectors))
     finally:
         quarantine.close()
         report.rejected = quarantine.count
         report.reasons = dict(quarantine.reasons)
         report.first_lines = {k: list(v) for k, v in quarantine.first_lines.items()}
-    _finish(engine, target, report, settings, restore=writer.prepared, dict_version=dict_version, started=started)
+    _finish(engine, target, report, settings, restore=writer.prepared, dict_version=dict_version, started=started,
+            vector_model=meta.vector_model)
     return report
 
 
-def open_run(engine: Engine, settings: IndexSettings, dict_version: str | None) -> tuple[IndexMeta, Target, Quarantine, IndexReport]:
+def open_run(
+    engine: Engine, settings: IndexSettings, dict_version: str | None, *, embedder: Embedder | None = None,
+) -> tuple[IndexMeta, Target, Quarantine, IndexReport]:
     """What every indexing run (local or ``--spark``) starts from: the index's meta, its physical target,
     the quarantine file opened under a new run id, and the report that names them."""
+    if settings.vectors is not None and embedder is None:
+        raise IndexingError(
+            f"vectors from {settings.vectors} were asked for but no model was loaded: pass "
+            "embedder=jingpai.jobs.document_vectors.load_embedder(settings.vectors)"
+        )
     weight_enc, entity_enc = engine_encodings(engine)
     meta = IndexMeta(
         text_fields=tuple(settings.text_fields), dict_version=dict_version, weight_encoding=weight_enc,
         entity_encoding=entity_enc, id_field=settings.id_field,
     )
-    target = Target.choose(engine, settings, dict_version)
+    if embedder is not None:
+        engine.check_vectors()
+        meta = with_vectors(meta, embedder, settings.vector_chunking)
+    target = Target.choose(engine, settings, dict_version, vector_model=meta.vector_model)
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
     quarantine = Quarantine(Path(settings.quarantine_dir) / f"{settings.index}.rejected.jsonl", run_id=run_id)
     report = IndexReport(alias=settings.index, physical_index=target.physical, quarantine_file=quarantine.path, run_id=run_id)
@@ -174,7 +195,11 @@ def _prepare_index(engine: Engine, target: Target, meta: IndexMeta, settings: In
     """Create the physical index unless it exists; apply :data:`BUILD_SETTINGS` to one that is not live.
     Returns the settings to restore after the build (``None``: nothing to restore)."""
     if not target.exists:
-        engine.create_index(target.physical, mappings=build_mapping(meta))
+        vector_mapping = engine.vector_mapping(meta.vector_dims) if meta.vector_dims is not None else None
+        engine.create_index(
+            target.physical, mappings=build_mapping(meta, vector_mapping=vector_mapping),
+            settings=engine.vector_index_settings() if vector_mapping is not None else None,
+        )
         logger.info("created physical index %s", target.physical)
     else:
         logger.info("resuming into existing physical index %s", target.physical)
@@ -185,17 +210,13 @@ def _prepare_index(engine: Engine, target: Target, meta: IndexMeta, settings: In
 
 def _documents(
     paths: Sequence[str | Path], settings: IndexSettings, builder: DocumentBuilder, quarantine: Quarantine,
-    report: IndexReport, physical: str,
+    report: IndexReport, physical: str, vectors: DocumentVectors | None = None,
 ) -> Iterator[tuple[Origin, dict]]:
     """``(origin, bulk action)`` of every record that makes a document; the others are quarantined."""
     for path in paths:
-        for rec in _records(path, settings):
-            report.read += 1
-            if isinstance(rec, BadRecord):
-                quarantine.add(rec.source, rec.line, rec.raw, rec.reason, kind=rec.kind, raw_bytes=rec.raw_bytes)
-                continue
+        for rec, vector in _with_vectors(_good_records(path, settings, quarantine, report), settings, vectors):
             try:
-                doc_id, source = builder.build_json(rec.fields, record_bytes=rec.size)
+                doc_id, source = builder.build_json(rec.fields, record_bytes=rec.size, vector=vector)
             except Rejection as exc:
                 quarantine.add(rec.source, rec.line, rec.fields, str(exc), kind=exc.kind)
                 continue
@@ -203,14 +224,38 @@ def _documents(
             yield (rec.source, rec.line, rec.fields), {"_op_type": "index", "_index": physical, "_id": doc_id, "_source": source}
 
 
+def _good_records(path: str | Path, settings: IndexSettings, quarantine: Quarantine, report: IndexReport) -> Iterator[SourceRecord]:
+    """The records of ``path`` that parsed; the others are quarantined. Every record read is counted."""
+    for rec in _records(path, settings):
+        report.read += 1
+        if isinstance(rec, BadRecord):
+            quarantine.add(rec.source, rec.line, rec.raw, rec.reason, kind=rec.kind, raw_bytes=rec.raw_bytes)
+            continue
+        yield rec
+
+
+def _with_vectors(
+    records: Iterator[SourceRecord], settings: IndexSettings, vectors: DocumentVectors | None,
+) -> Iterator[tuple[SourceRecord, list[float] | None]]:
+    """Each record with its vector (``None`` without vectors), embedded a bulk batch at a time: the model
+    works on one batch while the bulk requests of the previous ones are in flight."""
+    if vectors is None:
+        yield from ((rec, None) for rec in records)
+        return
+    for group in batches(records, settings.batch_size):
+        texts = [embedding_text(rec.fields, settings.text_fields) for rec in group]
+        yield from zip(group, vectors.embed(texts), strict=True)
+
+
 def _finish(
     engine: Engine, target: Target, report: IndexReport, settings: IndexSettings, *,
-    restore: dict[str, str | None] | None, dict_version: str | None, started: float,
+    restore: dict[str, str | None] | None, dict_version: str | None, started: float, vector_model: str | None = None,
 ) -> None:
     """Check the new index; move the alias to it (or delete it and raise :class:`BuildCheckError`)."""
     physical = target.physical
     engine.refresh(physical)
-    failure = check_build(engine, physical, report, settings, live_meta=target.live_meta, dict_version=dict_version)
+    failure = check_build(engine, physical, report, settings, live_meta=target.live_meta, dict_version=dict_version,
+                          vector_model=vector_model)
     report.seconds = time.perf_counter() - started
     if failure is not None and not settings.force:
         report.check_failure = failure

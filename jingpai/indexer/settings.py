@@ -9,10 +9,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from jingpai.indexer.readers import DEFAULT_MAX_DEPTH, DEFAULT_MAX_RECORD_BYTES, CorpusFormat
 
 logger = logging.getLogger(__name__)
+
+#: how a document longer than the model's window gets its one vector: the window's start (``first``), or
+#: the mean of the vectors of consecutive windows (``mean``); docs/indexing.md has the measurement
+VectorChunking = Literal["first", "mean"]
+VECTOR_CHUNKINGS: tuple[VectorChunking, ...] = ("first", "mean")
 
 MAX_DEPTH_CEILING = 500
 """The deepest ``max_depth`` allowed: records are parsed and encoded again by Python's recursive ``json``,
@@ -49,6 +55,11 @@ class IndexSettings:
         fast_build: while a physical index that is not behind the alias is being built, turn its
             refresh off and its replicas to 0 (nobody searches it yet); both are restored before the
             alias swap. An index already behind the alias is never touched.
+        vectors: a saved bi-encoder (``use-bi``) that embeds each document's text fields into one unit vector,
+            written in the same bulk request as the text into ``jingpai.vector`` (``dense_vector`` on
+            Elasticsearch, ``knn_vector`` on OpenSearch with its k-NN plugin); ``None``: no vectors.
+        vector_chunking: text longer than the model's window: ``first`` embeds its first window, ``mean``
+            averages the vectors of up to :data:`~jingpai.indexer.vectors.MAX_CHUNKS` consecutive windows.
     """
 
     index: str
@@ -70,6 +81,8 @@ class IndexSettings:
     progress: bool = True
     concurrency: int = 2
     fast_build: bool = True
+    vectors: Path | None = None
+    vector_chunking: VectorChunking = "mean"
 
     def __post_init__(self) -> None:
         if not self.text_fields:
@@ -84,8 +97,10 @@ class IndexSettings:
             raise ValueError(f"max depth must be between 1 and {MAX_DEPTH_CEILING} levels, got {self.max_depth}")
         if not 0.0 <= self.max_rejected <= 1.0:
             raise ValueError(f"max rejected must be a share between 0 and 1 (0.01 = 1%), got {self.max_rejected}")
+        if self.vector_chunking not in VECTOR_CHUNKINGS:
+            raise ValueError(f"unknown vector chunking {self.vector_chunking!r}; expected one of {', '.join(VECTOR_CHUNKINGS)}")
         if self.id_field in self.text_fields:
             logger.info("id field %r is also a text field", self.id_field)
 
 
-__all__ = ["MAX_DEPTH_CEILING", "IndexSettings"]
+__all__ = ["MAX_DEPTH_CEILING", "VECTOR_CHUNKINGS", "IndexSettings", "VectorChunking"]

@@ -50,6 +50,10 @@ class ConnectorUnusableError(UserError, ValueError):
     """``--spark-writer connector`` was asked for where the connector cannot write (the message says why)."""
 
 
+class SparkVectorsUnsupportedError(UserError, ValueError):
+    """``--spark`` with ``--vectors``: document vectors are computed by the local indexer only, for now."""
+
+
 def connector_obstacle(engine: Engine, settings: IndexSettings) -> str | None:
     """Why the official connector cannot write this run (``None``: it can)."""
     if settings.id_field is None:
@@ -115,7 +119,14 @@ def index_corpus_spark(
             :func:`~jingpai.indexer.pipeline.index_corpus`.
         ConnectorUnusableError: ``--spark-writer connector`` where the connector cannot write.
         SparkUnavailable: PySpark or Java is missing.
+        SparkVectorsUnsupportedError: ``settings.vectors`` is set (not supported on Spark yet).
     """
+    if settings.vectors is not None:
+        raise SparkVectorsUnsupportedError(
+            f"--spark with --vectors {settings.vectors} is not supported yet: document vectors are computed by the "
+            "local indexer only (each Spark executor would have to load the model); run `jingpai index --vectors` "
+            "without --spark"
+        )
     started = time.perf_counter()
     require_pyspark()
     from pyspark.sql import SparkSession
@@ -213,4 +224,4 @@ def _spark_errors(action) -> None:  # noqa: ANN001 - a callable
         ) from exc
 
 
-__all__ = ["ConnectorUnusableError", "choose_writer", "connector_obstacle", "index_corpus_spark"]
+__all__ = ["ConnectorUnusableError", "SparkVectorsUnsupportedError", "choose_writer", "connector_obstacle", "index_corpus_spark"]

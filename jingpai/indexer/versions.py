@@ -2,16 +2,22 @@
 
 A new dictionary version builds a new physical index; the alias moves to it in one atomic
 ``_aliases`` call once it is complete, so searches never see a half-built index or a stale analyzer.
-Re-running with the same dictionary resumes into the newest physical index of that version.
+Re-running with the same dictionary resumes into the newest physical index of that version, as long as
+it was built with the same vector model (``jingpai index --vectors``), recorded in its ``_meta`` next to
+the dictionary version; another model gets a new generation.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
 from jingpai.engine.client import Engine
 from jingpai.errors import UserError
+from jingpai.indexer.mapping import META_KEY
+
+logger = logging.getLogger(__name__)
 
 NO_DICT = "nodict"
 _VERSION_CHARS = 12
@@ -23,11 +29,21 @@ class IndexVersionError(UserError, ValueError):
 
 @dataclass(frozen=True)
 class PhysicalIndex:
+    """One physical index of an alias.
+
+    Attributes:
+        vector_model: the model its document vectors come from (``_meta.jingpai.vector_model``; ``None``:
+            no vectors, or not jingpai's).
+        vector_dims: their dimension.
+    """
+
     name: str
     dict_version: str
     generation: int
     docs: int
     aliased: bool
+    vector_model: str | None = None
+    vector_dims: int | None = None
 
 
 def _tag(dict_version: str | None) -> str:
@@ -38,16 +54,34 @@ def list_versions(engine: Engine, alias: str) -> list[PhysicalIndex]:
     """Physical indices of ``alias``, oldest generation first."""
     pattern = re.compile(rf"^{re.escape(alias)}-([0-9a-z]+)-(\d+)$")
     live = set(engine.alias_targets(alias))
-    found = []
-    for name, docs in engine.indices(f"{alias}-*").items():
-        match = pattern.match(name)
-        if match:
-            found.append(PhysicalIndex(name, match.group(1), int(match.group(2)), docs, name in live))
+    matched = [(name, docs, m) for name, docs in engine.indices(f"{alias}-*").items() if (m := pattern.match(name))]
+    metas = _vector_metas(engine, alias) if matched else {}
+    found = [
+        PhysicalIndex(name, m.group(1), int(m.group(2)), docs, name in live, *metas.get(name, (None, None)))
+        for name, docs, m in matched
+    ]
     return sorted(found, key=lambda p: p.generation)
 
 
-def choose_physical_index(engine: Engine, alias: str, dict_version: str | None, *, rebuild: bool = False) -> tuple[str, bool]:
-    """``(physical index name, already exists)`` for a run with ``dict_version``."""
+def _vector_metas(engine: Engine, alias: str) -> dict[str, tuple[str | None, int | None]]:
+    """``{physical index: (vector model, dimension)}`` from the ``_meta`` of every index named ``<alias>-*``
+    (one request); the dictionary version is in the name, the vector model only here."""
+    out = {}
+    for name, body in engine.get_mapping(f"{alias}-*").items():
+        meta = ((body.get("mappings") or {}).get("_meta") or {}).get(META_KEY) or {}
+        out[name] = (meta.get("vector_model"), meta.get("vector_dims"))
+    return out
+
+
+def choose_physical_index(
+    engine: Engine, alias: str, dict_version: str | None, *, rebuild: bool = False, vector_model: str | None = None,
+) -> tuple[str, bool]:
+    """``(physical index name, already exists)`` for a run with ``dict_version`` and ``vector_model``.
+
+    The newest physical index of the same dictionary version is resumed into when it holds vectors of the
+    same model (or none, and the run has none); a run with another vector model (or vectors where there
+    were none, or none where there were) builds a new generation, since a mapping's vector field cannot change.
+    """
     if engine.index_exists(alias) and not engine.alias_targets(alias):
         raise IndexVersionError(
             f"{alias!r} is a concrete index, not a jingpai alias; choose another --index name or delete {alias!r}"
@@ -56,7 +90,12 @@ def choose_physical_index(engine: Engine, alias: str, dict_version: str | None, 
     tag = _tag(dict_version)
     same = [p for p in versions if p.dict_version == tag]
     if same and not rebuild:
-        return same[-1].name, True
+        if same[-1].vector_model == vector_model:
+            return same[-1].name, True
+        logger.info(
+            "%s has vectors from %s and this run %s: building a new generation", same[-1].name,
+            same[-1].vector_model or "no model", f"from {vector_model}" if vector_model else "has none",
+        )
     generation = max((p.generation for p in versions), default=0) + 1
     return f"{alias}-{tag}-{generation}", False
 
