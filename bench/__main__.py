@@ -1,10 +1,11 @@
-"""``python -m bench <command>``: the benchmark entry point (``report`` writes docs/RESULTS.md)."""
+"""``python -m bench <command>``: the benchmark entry point (``report`` writes docs/RESULTS.md; ``train`` trains report recipes only)."""
 
 from __future__ import annotations
 
 import click
 
 from bench.report import report
+from bench.train_cmd import train
 
 
 @click.group()
@@ -13,6 +14,7 @@ def bench() -> None:
 
 
 bench.add_command(report)
+bench.add_command(train)
 
 if __name__ == "__main__":
     bench()

@@ -55,7 +55,7 @@ CUTOFFS = (1, 3, 5, 10)
 ALL_COLUMNS = (*(f"P@{k} (all)" for k in CUTOFFS), "MRR (all)")
 #: the Chinese rerankers of the full report: the USE-multilingual v3 models (pretrained backbone, fine-tuned on the
 #: training mix) and zh-hcan (from scratch, random word vectors), each reranking the top WINDOW through the gateway
-FULL_RERANKERS = ("zh-use-zeroshot", "zh-use-bi", "zh-use-kw", "zh-hcan", "zh-use-rank", "zh-use-winbi", "zh-use-winkw")
+FULL_RERANKERS = ("zh-use-zeroshot", "zh-use-bi", "zh-use-kw", "zh-hcan", "zh-use-rank", "zh-use-winbi", "zh-use-winkw", "zh-gpu-bi", "zh-gpu-kw")
 QUICK_RERANKERS = ("zh-use-bi",)
 WINDOW = 20
 #: engine weights tried for linear fusion on the tuning set (1.0 — the model weighs nothing — is not reranking)

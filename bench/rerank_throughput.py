@@ -38,7 +38,8 @@ joined and with the pairs tokenized again.
 
 After the lengths, the USE-multilingual bi-encoder (``use-bi``: the pretrained Chinese-capable backbone,
 batched C++ SentencePiece, packed tokens) on the same pairs: predict fp32/bf16 and serve rows with its
-texts/s, as × the MiniLM baseline of the first length (``--skip-use`` leaves them out).
+texts/s, and ``use-kw`` (the same encoder with its token-interaction layers) predict rows, as × the MiniLM
+baseline of the first length (``--skip-use`` leaves them out).
 
 Then latency over HTTP of a 20-doc and a 100-doc request with 1 and ``--concurrency`` concurrent clients.
 Ratios are pairs/s ÷ the baseline's, measured in the same run. TFLOP/s counts the model's FLOPs on real
@@ -561,6 +562,16 @@ def use_section(requests: Sequence[Request], pairs: Sequence[Pair], args: argpar
             model, service_settings(dtype, model.config.max_length, args.max_batch_tokens, compile=compiled), requests, args.concurrency))  # noqa: B023
         rates[label] = len(pairs) / seconds
         print(f"{label:<38}{seconds:>8.2f}{len(pairs) / seconds:>9.1f}{len(pairs) / seconds / base_rate:>7.2f}x{len(texts) / seconds:>9.0f}")
+    # use-kw: the same encoder plus its token-interaction transformer over both sides (untrained: speed only;
+    # no dictionary, so every piece counts as a keyword, which costs the same as real keywords)
+    kw = registry.create("use-kw", device=args.device)
+    kw.net.eval()
+    for dtype_kw, autocast in (("fp32", None), *([("bf16", torch.bfloat16)] if bf16 else [])):
+        kw.predict(pairs[: args.batch_size], batch_size=args.batch_size, autocast_dtype=autocast)
+        seconds, _ = timed(lambda: kw.predict(pairs, batch_size=args.batch_size, autocast_dtype=autocast))  # noqa: B023
+        rates[f"use-kw predict {dtype_kw}"] = len(pairs) / seconds
+        print(f"{'use-kw predict ' + dtype_kw:<38}{seconds:>8.2f}{len(pairs) / seconds:>9.1f}{len(pairs) / seconds / base_rate:>7.2f}x"
+              f"{len(texts) / seconds:>9.0f}")
     ratio = rates[f"use-bi serve in-process {dtype}"] / rates[f"use-bi predict {dtype}"]
     return f"use-bi: serve in-process / predict ({dtype}) {ratio:.2f}x; serve = {rates[f'use-bi serve in-process {dtype}'] / base_rate:.1f}x the MiniLM baseline"
 

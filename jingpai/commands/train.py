@@ -37,6 +37,8 @@ TRAIN_OPTIONS: dict[str, Opt] = {
     "bf16": Opt(help="bf16 autocast (CPU AMX or GPU)."),
     "seed": Opt(),
     "max_steps": Opt(type=click.IntRange(min=1), help="Stop after this many optimizer steps."),
+    "max_minutes": Opt(type=click.FloatRange(min=0, min_open=True),
+                       help="Wall-clock budget: the step count (and learning-rate schedule) shrinks to fit it, measured after a few steps."),
     "eval_every": Opt(type=click.IntRange(min=1), help="Evaluate every N steps (default: each epoch)."),
     "metric": Opt(help="Dev metric to select on (auto: MAP for ranking data, AUC for pair data)."),
     # 0 on the command line is TrainSettings' None (never stop early)

@@ -17,7 +17,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 
 from jingpai.reranker.base import Reranker
 from jingpai.reranker.batching import pack_groups, query_groups
+from jingpai.reranker.optim import LinearSchedule, TimeBudget, adamw
 from jingpai.reranker.data import LabeledPair
 from jingpai.reranker.evaluate import class_balance_warning, evaluate_model
 from jingpai.reranker.train_settings import DEV_METRICS, LOG_FILE, SETTINGS_FILE, DevMetric, TrainingError, TrainSettings
@@ -60,21 +61,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
-
-
-def _param_groups(model: Reranker, weight_decay: float, lr: float) -> list[dict[str, Any]]:
-    """AdamW groups: no decay on biases and norms; a model with a pretrained part (``lr_scale(name)``,
-    e.g. the USE encoder under new layers) gets that part at a scaled learning rate."""
-    lr_scale = getattr(model, "lr_scale", None)
-    groups: dict[tuple[bool, float], list[torch.nn.Parameter]] = {}
-    for name, param in model.net.named_parameters():
-        if not param.requires_grad:
-            continue
-        no_decay = param.ndim < 2 or "LayerNorm" in name or name.endswith(".bias")
-        scale = float(lr_scale(name)) if lr_scale is not None else 1.0
-        groups.setdefault((no_decay, scale), []).append(param)
-    return [{"params": params, "weight_decay": 0.0 if no_decay else weight_decay, "lr": lr * scale}
-            for (no_decay, scale), params in groups.items()]
 
 
 @torch.no_grad()
@@ -162,6 +148,7 @@ def train(
     settings: TrainSettings,
     *,
     out_dir: str | Path,
+    clock: Callable[[], float] = time.perf_counter,
 ) -> TrainResult:
     """Train ``model`` and save the best checkpoint to ``out_dir``.
 
@@ -171,6 +158,7 @@ def train(
         dev_pairs: dev pairs for model selection and early stopping (``None``: keep the last model).
         settings: :class:`TrainSettings`.
         out_dir: output folder (model files, ``train_log.jsonl``, ``train_settings.json``).
+        clock: seconds for :attr:`TrainSettings.max_minutes` (injectable so tests control time).
 
     Returns:
         :class:`TrainResult` with the best model reloaded from ``out_dir``.
@@ -184,26 +172,13 @@ def train(
     out.mkdir(parents=True, exist_ok=True)
     seed_everything(settings.seed)
     (out / SETTINGS_FILE).write_text(json.dumps(asdict(settings), indent=2))
-    run = _TrainRun(model, train_pairs, dev_pairs, settings, out)
+    run = _TrainRun(model, train_pairs, dev_pairs, settings, out, clock=clock)
     try:
         run.fit()
     finally:
         run.close()
     best_model = Reranker.load(out, device=str(model.device))
     return TrainResult(best_model, out, run.best, run.best_step, run.step, run.history)
-
-
-def _optimizer(model: Reranker, settings: TrainSettings, total_steps: int) -> tuple[Any, Any]:
-    """AdamW over :func:`_param_groups` and its schedule: linear warmup, then linear decay to 0."""
-    warmup = int(total_steps * settings.warmup_ratio)
-    optimizer = torch.optim.AdamW(_param_groups(model, settings.weight_decay, settings.lr), lr=settings.lr)
-
-    def schedule(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / (warmup + 1)
-        return max(0.0, (total_steps - step) / max(1, total_steps - warmup))
-
-    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
 
 
 def _select_metric(settings: TrainSettings, dev_pairs: Sequence[LabeledPair] | None) -> str:
@@ -226,6 +201,8 @@ class _TrainRun:
         dev_pairs: Sequence[LabeledPair] | None,
         settings: TrainSettings,
         out: Path,
+        *,
+        clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         self.model, self.train_pairs, self.dev_pairs, self.settings, self.out = model, train_pairs, dev_pairs, settings, out
         self.log = (out / LOG_FILE).open("w", encoding="utf-8")
@@ -239,7 +216,9 @@ class _TrainRun:
         self.total_steps = steps_per_epoch * settings.epochs
         if settings.max_steps is not None:
             self.total_steps = min(self.total_steps, settings.max_steps)
-        self.optimizer, self.scheduler = _optimizer(model, settings, self.total_steps)
+        self.schedule = LinearSchedule(self.total_steps, warmup_ratio=settings.warmup_ratio)
+        self.optimizer, self.scheduler = adamw(model, lr=settings.lr, weight_decay=settings.weight_decay, schedule=self.schedule)
+        self.budget = None if settings.max_minutes is None else TimeBudget(settings.max_minutes, total_steps=self.total_steps, clock=clock)
         if dev_pairs is None:
             logger.warning("no dev data: early stopping is off and the last model is kept")
         self.metric = _select_metric(settings, dev_pairs)
@@ -250,6 +229,7 @@ class _TrainRun:
         self.bad_rounds = 0
         self.step = 0
         self.stop = False
+        self.out_of_time = False
         self.running, self.running_n = 0.0, 0
         self.bar = tqdm(total=self.total_steps, desc=f"train {model.name}", disable=not settings.progress, unit="step")
         self.emit({"event": "start", "architecture": model.name, "train_pairs": len(train_pairs),
@@ -264,7 +244,23 @@ class _TrainRun:
         self.log.close()
 
     def done(self) -> bool:
-        return self.stop or self.step >= self.total_steps
+        return self.stop or self.out_of_time or self.step >= self.total_steps
+
+    def fit_budget(self) -> None:
+        """With ``max_minutes``: shrink the run (and its schedule) to what fits, or stop at the budget."""
+        decision = None if self.budget is None else self.budget.check(self.step)
+        if decision == "stop":
+            logger.info("time budget of %.1f min reached at step %d of %d: stopping", self.settings.max_minutes, self.step, self.total_steps)
+            self.emit({"event": "time_budget", "step": self.step, "total_steps": self.total_steps, "stopped": True})
+            self.out_of_time = True  # unlike an early stop, the run still ends with an evaluation
+        elif decision is not None and self.budget is not None:
+            logger.info("time budget %.1f min at %.3f s/step: %d steps instead of %d (the schedule shrinks with them)",
+                        self.settings.max_minutes, self.budget.per_step, decision, self.total_steps)
+            self.emit({"event": "time_budget", "step": self.step, "seconds_per_step": round(self.budget.per_step or 0.0, 4),
+                       "total_steps": decision, "planned_steps": self.total_steps})
+            self.total_steps = decision
+            self.schedule.resize(decision, at_step=self.step)
+            self.bar.total = decision
 
     def fit(self) -> None:
         """All epochs (until early stop or ``max_steps``); the final evaluation; the last model without dev data."""
@@ -339,6 +335,7 @@ class _TrainRun:
         if settings.eval_every is not None and self.step % settings.eval_every == 0:
             self.evaluate(epoch)
             self.model.net.train()
+        self.fit_budget()
 
     def dev_metrics(self) -> dict[str, float]:
         """The dev metrics now (only the loss when selecting on it)."""
@@ -379,6 +376,8 @@ class _TrainRun:
                 self.emit({"event": "early_stop", "step": step, "best_step": self.best_step})
                 self.stop = True
         self.bar.set_postfix({metric: f"{value:.4f}"})
+        if self.budget is not None:
+            self.budget.add_eval(time.perf_counter() - started)
 
 
 __all__ = ["DEV_METRICS", "LOG_FILE", "SETTINGS_FILE", "DevMetric", "TrainResult", "TrainSettings", "TrainingError", "build_model", "pick_metric", "seed_everything", "train"]

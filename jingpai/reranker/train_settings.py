@@ -39,6 +39,10 @@ class TrainSettings:
         bf16: run forward passes under bf16 autocast (CPU AMX or GPU).
         seed: seed for python, numpy and torch, and for batch shuffling.
         max_steps: stop after this many optimizer steps (``None``: run all epochs).
+        max_minutes: wall-clock budget of the training loop. After a few steps the run measures its speed
+            and shrinks its step count (and so its learning-rate schedule, which still decays to 0) to fit the
+            budget, keeping a tenth for evaluations; it stops at the budget whatever happens (``None``: no
+            budget). The same recipe then runs whole on a fast machine and a shortened one on a slow one.
         eval_every: evaluate on dev every this many optimizer steps (``None``: after each epoch).
         metric: dev metric to select the best model on (``loss`` is minimised, the rest maximised).
             ``auto`` picks by the dev data's shape (:func:`pick_metric`): MAP where queries have several
@@ -63,6 +67,7 @@ class TrainSettings:
     bf16: bool = False
     seed: int = 0
     max_steps: int | None = None
+    max_minutes: float | None = None
     eval_every: int | None = None
     metric: DevMetric = "auto"
     patience: int | None = 2
@@ -80,6 +85,8 @@ class TrainSettings:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {value}")
+        if self.max_minutes is not None and not self.max_minutes > 0:
+            raise ValueError(f"max_minutes must be > 0 or None, got {self.max_minutes}")
         if not 0.0 <= self.warmup_ratio < 1.0:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.lr <= 0:

@@ -106,3 +106,48 @@ def test_auto_metric_is_auc_on_pair_data_and_map_on_ranking_data() -> None:
     ranking = [LabeledPair(f"q{i // 5}", f"d{i}", float(i % 5 == 0)) for i in range(20)]
     assert pick_metric(pair_data) == "AUC"
     assert pick_metric(ranking) == "MAP"
+
+
+class FakeClock:
+    """Seconds that advance only when the training loop reads them: one second per read."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.jump_at: tuple[float, float] | None = None  # (time, extra seconds) to add once
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        if self.jump_at is not None and self.now >= self.jump_at[0]:
+            self.now += self.jump_at[1]
+            self.jump_at = None
+        return self.now
+
+
+def test_time_budget_shrinks_the_run_and_its_schedule(tiny_bert_dir: Path, balanced_afqmc: list[LabeledPair], tmp_path: Path) -> None:
+    # 200 pairs / 2 per batch × 10 epochs = 1,000 planned steps; one clock read (≈ 1 s) per step, so at the
+    # calibration step (50) the run measures ~1 s/step and fits nine tenths of 120 s: ~108 steps
+    settings = TrainSettings(epochs=10, batch_size=2, lr=1e-3, max_minutes=2.0, log_every=1, progress=False)
+    result = train(cross(tiny_bert_dir), balanced_afqmc, None, settings, out_dir=tmp_path / "budget", clock=FakeClock())
+    log = read_log(tmp_path / "budget")
+    fitted = [r for r in log if r["event"] == "time_budget"]
+    assert len(fitted) == 1 and fitted[0]["step"] == 50 and fitted[0]["planned_steps"] == 1000
+    assert 100 <= fitted[0]["total_steps"] <= 110 and result.steps == fitted[0]["total_steps"]
+    lrs = [r["lr"] for r in log if r["event"] == "train"]
+    # the schedule decays to 0 at the fitted end instead of being cut at a high learning rate
+    assert lrs[-1] == 0.0 and max(lrs) == pytest.approx(1e-3, rel=0.05)
+
+
+def test_time_budget_stops_at_the_budget_and_still_evaluates(tiny_bert_dir: Path, balanced_afqmc: list[LabeledPair], tmp_path: Path) -> None:
+    clock = FakeClock()
+    clock.jump_at = (80.0, 1000.0)  # the machine stalls after the fitted plan was made: the budget runs out early
+    settings = TrainSettings(epochs=10, batch_size=2, lr=1e-3, max_minutes=2.0, eval_every=500, metric="accuracy", progress=False)
+    result = train(cross(tiny_bert_dir), balanced_afqmc, balanced_afqmc[:40], settings, out_dir=tmp_path / "stop", clock=clock)
+    log = read_log(tmp_path / "stop")
+    assert [r["stopped"] for r in log if r["event"] == "time_budget" and "stopped" in r] == [True]
+    assert result.steps < 100
+    assert result.history and result.history[-1]["step"] == result.steps  # the final evaluation still ran
+
+
+def test_time_budget_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_minutes must be > 0 or None, got 0"):
+        TrainSettings(max_minutes=0)

