@@ -62,6 +62,13 @@ _BEHAVIOUR: dict[str, Opt] = _flagged({
     "fusion": Opt(help="How engine and model scores combine; per index: the indices table of --config."),
     "fusion_weight": Opt(help="The engine's weight in [0, 1] for linear/rrf fusion (the model's is 1 - w)."),
     "rrf_k": Opt(help="RRF constant k."),
+    "embed_url": Opt(metavar="URL", help="Embedding service (TEI /embed: `jingpai serve` with use-bi) for hybrid search (default: --reranker)."),
+    "embed_timeout_ms": Opt(help="Embedding timeout; on timeout BM25 alone is served (jingpai.hybrid.reason embed_timeout)."),
+    "hybrid": Opt(help="On indices with vectors (index --vectors), also run the query as kNN and fuse both lists before reranking."),
+    "hybrid_fusion": Opt(help="rrf or linear fusion of the BM25 and kNN lists; per index: the indices table of --config."),
+    "hybrid_weight": Opt(help="BM25's weight in [0, 1] in the hybrid fusion (kNN's is 1 - w)."),
+    "hybrid_k": Opt(help="Neighbours the kNN search asks for (default: as deep as the BM25 list)."),
+    "hybrid_rrf_k": Opt(help="RRF constant k of the hybrid fusion."),
 })
 #: GatewaySettings field -> how its option looks (defaults and types come from GatewaySettings)
 SPEC: dict[str, Opt] = {**_CONNECT, **_BEHAVIOUR}

@@ -73,9 +73,14 @@ def _print_table(rows: list[TuneRow], best: TuneRow, *, index: str, n_queries: i
 def _write(out_dir: Path, settings: TuneSettings, rows: list[TuneRow], best: TuneRow, *, n_queries: int) -> None:
     """``gateway.toml`` (the best settings), ``tune.json`` (every row) and ``tune.png`` (metric vs weight)."""
     from jingpai.plugin import tune_output
+    from jingpai.plugin.tune_hybrid import best_hybrid
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "gateway.toml").write_text(tune_output.settings_file(settings, best, queries=n_queries), encoding="utf-8")
+    hybrid = best_hybrid(rows, settings.metric)
+    text = tune_output.settings_file(settings, best, queries=n_queries, hybrid=hybrid)
+    (out_dir / "gateway.toml").write_text(text, encoding="utf-8")
+    if hybrid is not None:
+        click.echo(f"best hybrid first stage by {settings.metric}: {hybrid.label()} ({hybrid.metrics[settings.metric]:.4f})")
     (out_dir / "tune.json").write_text(json.dumps([
         {"fusion": r.fusion, "window": r.window, "weight": r.weight, "rrf_k": r.rrf_k, **r.metrics} for r in rows
     ], indent=1), encoding="utf-8")
@@ -105,11 +110,13 @@ def _write(out_dir: Path, settings: TuneSettings, rows: list[TuneRow], best: Tun
 @click.option("--text-field", help="Indexed field queried and matched against the pairs' questions (default: the index's first text field).")
 @click.option("--limit", type=int, help="Evaluate at most this many queries.")
 @click.option("--concurrency", type=int, default=4, show_default=True, help="Searches sent to the gateway at once.")
+@click.option("--hybrid", is_flag=True, help="Also tune the hybrid first stage (BM25 + kNN, index built with --vectors): fusion and BM25 weight.")
+@click.option("--embedder", "embed_url", metavar="URL", help="Embedding service for --hybrid (TEI /embed; default: --reranker).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("tune"), show_default=True,
               help="Writes gateway.toml (best settings), tune.png (metric vs weight) and tune.json (every row).")
 def tune(engine: str, index: str, reranker: str, dicts: tuple[Path, ...], pairs: Path | None, qrels: Path | None, queries: Path | None,
          config: Path | None, windows: str | None, weights: str | None, rrf_ks: str | None, metric: str, never_worse: bool,
-         text_field: str | None, limit: int | None, concurrency: int, out_dir: Path) -> None:
+         text_field: str | None, limit: int | None, concurrency: int, hybrid: bool, embed_url: str | None, out_dir: Path) -> None:
     """Measure engine order, augmentation and every fusion × window on labelled queries; write the best.
 
     Runs the real gateway in-process; each query is reranked once (at the largest window) and every fusion
@@ -129,7 +136,7 @@ def tune(engine: str, index: str, reranker: str, dicts: tuple[Path, ...], pairs:
     dicts = dicts or tuple(Path(d) for d in base.get("dict_dirs", ()))  # --dict wins, as for the gateway
     settings = tuning.TuneSettings(
         engine_url=engine, index=index, reranker_url=reranker, dict_dirs=dicts, metric=metric, text_field=text_field,
-        limit=limit, concurrency=concurrency, base=base, **grid,
+        limit=limit, concurrency=concurrency, base=base, hybrid=hybrid, embed_url=embed_url, **grid,
     )
     field, labelled = _labelled(settings, pairs, qrels, queries)
     rows = tuning.run_tune(settings, labelled, text_field=field)

@@ -93,9 +93,12 @@ class CircuitBreaker:
         failure_threshold: consecutive failures that open the breaker.
         reset_timeout_s: how long the breaker stays open before a probe.
         clock: monotonic time source.
+        name: what it guards, as its log lines name it (``reranker``, ``embedder``).
     """
 
-    def __init__(self, *, failure_threshold: int = 3, reset_timeout_s: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, failure_threshold: int = 3, reset_timeout_s: float = 10.0, clock: Callable[[], float] = time.monotonic,
+                 name: str = "reranker") -> None:
+        self.name = name
         self.failure_threshold = failure_threshold
         self.reset_timeout_s = reset_timeout_s
         self._clock = clock
@@ -124,14 +127,14 @@ class CircuitBreaker:
                 return True
             if state == "half_open" and not self._probing:
                 self._probing = True
-                logger.info("reranker circuit breaker half-open: sending a probe request")
+                logger.info("%s circuit breaker half-open: sending a probe request", self.name)
                 return True
             return False
 
     def record_success(self) -> None:
         with self._lock:
             if self._opened_at is not None:
-                logger.warning("reranker recovered: circuit breaker closed")
+                logger.warning("%s recovered: circuit breaker closed", self.name)
             self._failures = 0
             self._opened_at = None
             self._probing = False
@@ -144,7 +147,8 @@ class CircuitBreaker:
             if was_probe or (self._opened_at is None and self._failures >= self.failure_threshold):
                 self._opened_at = self._clock()
                 logger.warning(
-                    "reranker circuit breaker opened after %d consecutive failure(s); retrying in %.1f s",
+                    "%s circuit breaker opened after %d consecutive failure(s); retrying in %.1f s",
+                    self.name,
                     self._failures,
                     self.reset_timeout_s,
                 )

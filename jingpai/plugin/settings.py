@@ -18,16 +18,69 @@ from typing import Any, Literal
 
 from jingpai.errors import UserError
 from jingpai.plugin.augment import KEYWORD_BOOST, SEG_BOOST, WEIGHT_BOOST
-from jingpai.reranker.fusion import FusionError, FusionMode, FusionSpec
+from jingpai.reranker.fusion import FusionError, FusionMode, FusionSpec, ListFusion, ListFusionMode
 
 GatewayMode = Literal["off", "augment", "rerank"]
 GATEWAY_MODES: tuple[str, ...] = ("off", "augment", "rerank")
 #: settings an ``indices.<name>`` table of the config file may override for that index
-INDEX_OVERRIDES: tuple[str, ...] = ("fusion", "fusion_weight", "rrf_k")
+INDEX_OVERRIDES: tuple[str, ...] = ("fusion", "fusion_weight", "rrf_k", "hybrid", "hybrid_fusion", "hybrid_weight", "hybrid_k", "hybrid_rrf_k")
+#: the hybrid ones among them (the rest are the rerank fusion's)
+HYBRID_OVERRIDES: tuple[str, ...] = ("hybrid", "hybrid_fusion", "hybrid_weight", "hybrid_k", "hybrid_rrf_k")
+#: the most nearest neighbours one kNN search asks for (both engines cap ``num_candidates`` at 10,000)
+MAX_KNN_CANDIDATES = 10_000
 
 
 class GatewayConfigError(UserError, ValueError):
     """A gateway setting or config file is invalid (the message names the setting and what was expected)."""
+
+
+@dataclass(frozen=True)
+class HybridSpec:
+    """The hybrid first stage of a search on an index with document vectors: whether its full-text query also
+    runs as a kNN search, how many neighbours that asks for and how the two lists fuse.
+
+    Args:
+        enabled: run the kNN search next to BM25 (on indices with vectors only).
+        fusion: how BM25's list and kNN's list fuse (``weight`` is BM25's).
+        k: neighbours asked for (``None``: as many hits as the BM25 search fetches, the rerank window or ``from + size``).
+        num_candidates: the HNSW search breadth (``None``: ``max(100, 2k)``, at most :data:`MAX_KNN_CANDIDATES`).
+    """
+
+    enabled: bool = True
+    fusion: ListFusion = field(default_factory=ListFusion)
+    k: int | None = None
+    num_candidates: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.enabled, bool):
+            raise GatewayConfigError(f"hybrid must be true or false, got {self.enabled!r}")
+        for name in ("k", "num_candidates"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_KNN_CANDIDATES):
+                raise GatewayConfigError(f"hybrid {name} must be an integer in 1..{MAX_KNN_CANDIDATES}, got {value!r}")
+        if self.k is not None and self.num_candidates is not None and self.num_candidates < self.k:
+            raise GatewayConfigError(f"hybrid num_candidates ({self.num_candidates}) must be >= k ({self.k})")
+
+    def override(self, *, enabled: bool | None = None, fusion: str | None = None, weight: float | None = None, rrf_k: int | None = None,
+                 k: int | None = None, num_candidates: int | None = None) -> HybridSpec:
+        """This spec with the given values replaced (``None`` keeps this one's).
+
+        Raises:
+            GatewayConfigError: a value out of range (the message names it).
+        """
+        f = self.fusion
+        try:
+            fused = ListFusion(mode=fusion or f.mode, weight=f.weight if weight is None else weight,  # type: ignore[arg-type]
+                               rrf_k=f.rrf_k if rrf_k is None else rrf_k)
+        except FusionError as exc:
+            raise GatewayConfigError(str(exc)) from exc
+        return HybridSpec(enabled=self.enabled if enabled is None else enabled, fusion=fused, k=self.k if k is None else k,
+                          num_candidates=self.num_candidates if num_candidates is None else num_candidates)
+
+    def neighbours(self, depth: int) -> tuple[int, int]:
+        """``(k, num_candidates)`` of a search whose BM25 list is ``depth`` hits deep."""
+        k = min(self.k or depth, MAX_KNN_CANDIDATES)
+        return k, max(k, self.num_candidates or min(max(100, 2 * k), MAX_KNN_CANDIDATES))
 
 
 @dataclass(frozen=True)
@@ -83,6 +136,16 @@ class GatewaySettings:
             ``replace`` (model only), ``linear`` (min-max normalised, weighted) or ``rrf``.
         fusion_weight: the *engine's* weight in [0, 1] for ``linear`` and ``rrf`` (the model's is 1 − w).
         rrf_k: the RRF constant.
+        embed_url: the embedding service (TEI ``POST /embed``: ``jingpai serve`` with a bi-encoder such as
+            ``use-bi``) that embeds a hybrid search's query text (``None``: ``reranker_url``).
+        embed_timeout_ms: embedding call timeout; on timeout the search is served by BM25 alone (fail-open,
+            ``jingpai.hybrid.reason: embed_timeout``).
+        hybrid: on an index with document vectors (``jingpai index --vectors``), also run the query as kNN
+            and fuse the two candidate lists before reranking (:class:`HybridSpec`).
+        hybrid_fusion: ``rrf`` or ``linear`` fusion of the BM25 and kNN lists.
+        hybrid_weight: BM25's weight in [0, 1] in that fusion (kNN's is 1 − w).
+        hybrid_k: neighbours the kNN search asks for (``None``: as deep as the BM25 list).
+        hybrid_rrf_k: the RRF constant of the hybrid fusion.
         indices: per-index overrides of :data:`INDEX_OVERRIDES`, keyed by the index expression of the
             request (an exact name, else the first matching glob such as ``logs-*``); a request's
             ``ext.jingpai`` / ``?jingpai_fusion…`` parameters override these in turn.
@@ -117,17 +180,27 @@ class GatewaySettings:
     fusion: FusionMode = FusionSpec.mode
     fusion_weight: float = FusionSpec.weight
     rrf_k: int = FusionSpec.rrf_k
+    embed_url: str | None = None
+    embed_timeout_ms: int = 1000
+    # the hybrid defaults are ListFusion's and HybridSpec's, defined once there
+    hybrid: bool = HybridSpec.enabled
+    hybrid_fusion: ListFusionMode = ListFusion.mode
+    hybrid_weight: float = ListFusion.weight
+    hybrid_k: int | None = None
+    hybrid_rrf_k: int = ListFusion.rrf_k
     indices: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.engine_url.startswith(("http://", "https://")):
             raise GatewayConfigError(f"engine_url must be an http(s) URL, got {self.engine_url!r}")
-        if self.reranker_url is not None and not self.reranker_url.startswith(("http://", "https://")):
-            raise GatewayConfigError(f"reranker_url must be an http(s) URL, got {self.reranker_url!r}")
+        for name in ("reranker_url", "embed_url"):
+            url = getattr(self, name)
+            if url is not None and not url.startswith(("http://", "https://")):
+                raise GatewayConfigError(f"{name} must be an http(s) URL, got {url!r}")
         if self.mode not in GATEWAY_MODES:
             raise GatewayConfigError(f"mode must be one of {', '.join(GATEWAY_MODES)}, got {self.mode!r}")
         for name in ("window", "max_window", "doc_chars", "timeout_ms", "breaker_failures", "keywords_top_k", "rerank_concurrency",
-                     "msearch_rerank_concurrency", "max_body_depth"):
+                     "msearch_rerank_concurrency", "max_body_depth", "embed_timeout_ms"):
             if getattr(self, name) < 1:
                 raise GatewayConfigError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         if self.window > self.max_window:
@@ -135,8 +208,9 @@ class GatewaySettings:
         if self.breaker_reset_s <= 0 or self.engine_timeout_s <= 0 or self.meta_ttl_s < 0:
             raise GatewayConfigError("breaker_reset_s and engine_timeout_s must be > 0 and meta_ttl_s >= 0")
         object.__setattr__(self, "engine_url", self.engine_url.rstrip("/"))
-        if self.reranker_url is not None:
-            object.__setattr__(self, "reranker_url", self.reranker_url.rstrip("/"))
+        for name in ("reranker_url", "embed_url"):
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, getattr(self, name).rstrip("/"))
         if self.rerank_fields is not None:
             object.__setattr__(self, "rerank_fields", tuple(self.rerank_fields))
         object.__setattr__(self, "dict_dirs", tuple(Path(d) for d in self.dict_dirs))
@@ -148,23 +222,37 @@ class GatewaySettings:
             raise GatewayConfigError(str(exc)) from exc
         if not isinstance(self.indices, dict):
             raise GatewayConfigError(f"indices must be a table of index name -> {{{', '.join(INDEX_OVERRIDES)}}}, got {self.indices!r}")
-        resolved: dict[str, FusionSpec] = {}
+        hybrid = HybridSpec().override(enabled=self.hybrid, fusion=self.hybrid_fusion, weight=self.hybrid_weight, rrf_k=self.hybrid_rrf_k,
+                                       k=self.hybrid_k)
+        resolved: dict[str, tuple[FusionSpec, HybridSpec]] = {}
         for name, overrides in self.indices.items():
-            resolved[name] = _index_fusion(default, name, overrides)
+            resolved[name] = _index_fusion(default, hybrid, name, overrides)
         object.__setattr__(self, "indices", {name: dict(overrides) for name, overrides in self.indices.items()})
-        object.__setattr__(self, "_fusion", default)
+        object.__setattr__(self, "_fusion", (default, hybrid))
         object.__setattr__(self, "_index_fusion", resolved)
+
+    @property
+    def embedder_url(self) -> str | None:
+        """Where query texts are embedded: ``embed_url``, else the reranker's URL."""
+        return self.embed_url or self.reranker_url
+
+    def _for(self, index: str | None) -> tuple[FusionSpec, HybridSpec]:
+        if index:
+            if index in self._index_fusion:
+                return self._index_fusion[index]
+            for pattern, specs in self._index_fusion.items():
+                if fnmatch.fnmatchcase(index, pattern):
+                    return specs
+        return self._fusion
+
+    def hybrid_for(self, index: str | None) -> HybridSpec:
+        """The hybrid first stage for a search on ``index``, resolved like :meth:`fusion_for`."""
+        return self._for(index)[1]
 
     def fusion_for(self, index: str | None) -> FusionSpec:
         """The fusion for a search on ``index`` (the request's index expression): its ``indices`` entry
         (exact name first, then the first matching glob in file order) over the gateway's."""
-        if index:
-            if index in self._index_fusion:
-                return self._index_fusion[index]
-            for pattern, spec in self._index_fusion.items():
-                if fnmatch.fnmatchcase(index, pattern):
-                    return spec
-        return self._fusion
+        return self._for(index)[0]
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -198,6 +286,13 @@ CLI_FLAGS: dict[str, str] = {
     "fusion": "--fusion",
     "fusion_weight": "--fusion-weight",
     "rrf_k": "--rrf-k",
+    "embed_url": "--embedder",
+    "embed_timeout_ms": "--embed-timeout-ms",
+    "hybrid": "--hybrid/--no-hybrid",
+    "hybrid_fusion": "--hybrid-fusion",
+    "hybrid_weight": "--hybrid-weight",
+    "hybrid_k": "--hybrid-k",
+    "hybrid_rrf_k": "--hybrid-rrf-k",
 }
 #: the environment variables of ``jingpai gateway``: this prefix + the option's name (``JINGPAI_<COMMAND>_<OPTION>``)
 ENV_PREFIX = "JINGPAI_GATEWAY_"
@@ -220,15 +315,19 @@ def setting_hint(field_name: str) -> str:
     return f"{option} (env {env}, config key {field_name})"
 
 
-def _index_fusion(default: FusionSpec, name: str, overrides: Any) -> FusionSpec:
+def _index_fusion(default: FusionSpec, hybrid: HybridSpec, name: str, overrides: Any) -> tuple[FusionSpec, HybridSpec]:
     if not isinstance(overrides, dict):
         raise GatewayConfigError(f"indices.{name} must be a table of {', '.join(INDEX_OVERRIDES)}, got {overrides!r}")
     unknown = sorted(set(overrides) - set(INDEX_OVERRIDES))
     if unknown:
         raise GatewayConfigError(f"unknown setting(s) {unknown} in indices.{name}; expected some of {list(INDEX_OVERRIDES)}")
+    rerank = {k: v for k, v in overrides.items() if k not in HYBRID_OVERRIDES}
+    first = {k.removeprefix("hybrid_"): v for k, v in overrides.items() if k in HYBRID_OVERRIDES}
+    if "hybrid" in first:
+        first["enabled"] = first.pop("hybrid")
     try:
-        return default.override(**overrides)
-    except FusionError as exc:
+        return default.override(**rerank), hybrid.override(**first)
+    except (FusionError, GatewayConfigError) as exc:
         raise GatewayConfigError(f"indices.{name}: {exc}") from exc
 
 
@@ -276,6 +375,6 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
 
 
 __all__ = [
-    "CLI_FLAGS", "ENV_PREFIX", "GATEWAY_MODES", "INDEX_OVERRIDES", "GatewayConfigError", "GatewayMode", "GatewaySettings",
-    "load_config_file", "setting_hint",
+    "CLI_FLAGS", "ENV_PREFIX", "GATEWAY_MODES", "HYBRID_OVERRIDES", "INDEX_OVERRIDES", "MAX_KNN_CANDIDATES", "GatewayConfigError",
+    "GatewayMode", "GatewaySettings", "HybridSpec", "load_config_file", "setting_hint",
 ]

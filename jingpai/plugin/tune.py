@@ -13,6 +13,12 @@ itself uses — from those scores (a smaller window is the first W engine ranks 
 cross-encoder scores each document on its own), followed by the augmented hits past the window as the
 gateway serves them. So the grid costs one rerank per query.
 
+With ``hybrid`` (an index built with ``jingpai index --vectors``), each query also fetches its hybrid first stage
+once: BM25's and kNN's candidates with their ranks and scores (``_jingpai.bm25_rank`` … of a hybrid search), and
+every hybrid fusion × BM25 weight is fused offline with :class:`~jingpai.reranker.fusion.ListFusion`, the class
+the gateway runs (:mod:`jingpai.plugin.tune_hybrid`). The reranking rows are measured on BM25's window, as
+before (the tuning gateway runs with ``hybrid`` off unless a search asks for it).
+
 Labelled queries come from a pairs file (``q1<TAB>q2<TAB>label``, any :func:`jingpai.reranker.data.read_pairs`
 format: every distinct question is expected in the index; each positive pair searches q1 with q1's own
 document excluded and looks for q2) or from TREC qrels + a queries file (``qid<TAB>text``; qrels name
@@ -61,6 +67,8 @@ class TuneSettings:
         limit: evaluate at most this many queries.
         concurrency: searches sent to the gateway at once.
         base: gateway settings (a ``--config`` file's) the tuning gateway and the written file start from.
+        hybrid: also measure the hybrid first stage (BM25 + kNN) over ``weights`` (BM25's) × ``rrf`` / ``linear``.
+        embed_url: the embedding service of the hybrid searches (``None``: ``reranker_url``).
     """
 
     engine_url: str
@@ -75,6 +83,8 @@ class TuneSettings:
     limit: int | None = None
     concurrency: int = 4
     base: dict[str, Any] = field(default_factory=dict)
+    hybrid: bool = False
+    embed_url: str | None = None
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -114,6 +124,8 @@ class QueryRuns:
     augmented: list[str]
     #: the reranked window in the engine's (augmented) order: ``(id, engine_score, model_score)``
     window: list[tuple[str, float | None, float]] | None
+    #: the hybrid first stage's candidates: ``(id, bm25_rank, bm25_score, knn_rank, knn_score)`` (``None``: not fetched)
+    hybrid: list[tuple[str, int | None, float | None, int | None, float | None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -242,11 +254,13 @@ def fetch_runs(
     """
     import httpx
 
+    from jingpai.plugin.tune_hybrid import fetch_candidates
+
     depth, largest = settings.depth, max(settings.windows)
     url = f"{gateway_url}/{settings.index}/_search"
 
     def one(client: httpx.Client, query: LabelledQuery) -> QueryRuns:
-        body = _search_body(query, text_field, depth)
+        body = {**_search_body(query, text_field, depth), "ext": {"jingpai": {"hybrid": False}}}
 
         def search(payload: dict, **params: str) -> dict:
             resp = client.post(url, json=payload, params=params)
@@ -257,7 +271,7 @@ def fetch_runs(
         engine = [h["_id"] for h in search(body, jingpai="off")["hits"]["hits"]]
         augmented = [h["_id"] for h in search(body, jingpai="augment")["hits"]["hits"]]
         reranked = search(
-            {**body, "size": largest, "ext": {"jingpai": {"window": largest, "fusion": "replace"}}}, jingpai="rerank"
+            {**body, "size": largest, "ext": {"jingpai": {"window": largest, "fusion": "replace", "hybrid": False}}}, jingpai="rerank"
         )
         window = None
         if reranked["jingpai"]["reranked"]:
@@ -265,7 +279,8 @@ def fetch_runs(
             window = [(h["_id"], h["_jingpai"]["engine_score"], h["_jingpai"]["model_score"]) for h in hits]
         else:
             logger.warning("query %s was not reranked (%s): its fusion rows use the augmented order", query.qid, reranked["jingpai"]["reason"])
-        return QueryRuns(query, engine, augmented, window)
+        hybrid = fetch_candidates(search, body, depth, qid=query.qid) if settings.hybrid else None
+        return QueryRuns(query, engine, augmented, window, hybrid)
 
     with httpx.Client(timeout=300, trust_env=False) as client, ThreadPoolExecutor(settings.concurrency) as pool:
         return list(pool.map(lambda q: one(client, q), queries))
@@ -291,7 +306,8 @@ def grid(settings: TuneSettings) -> list[tuple[str, FusionSpec]]:
 
 
 def measure(settings: TuneSettings, runs: Sequence[QueryRuns]) -> list[TuneRow]:
-    """The table: the engine and augmented baselines, then every fusion × window."""
+    """The table: the engine and augmented baselines, every fusion × window, then (``hybrid``) the hybrid rows."""
+    from jingpai.plugin.tune_hybrid import hybrid_rows
     from jingpai.reranker.evaluate import evaluate_rankings
 
     relevant = {r.query.qid: r.query.relevant for r in runs}
@@ -310,7 +326,7 @@ def measure(settings: TuneSettings, runs: Sequence[QueryRuns]) -> list[TuneRow]:
             rankings = {r.query.qid: fused_ranking(r, spec, window, depth) for r in runs}
             weight = None if mode == "replace" else spec.weight
             rows.append(TuneRow(mode, window, weight, spec.rrf_k if mode == "rrf" else None, metrics(rankings)))
-    return rows
+    return rows + (hybrid_rows(settings, runs, metrics, row=TuneRow) if settings.hybrid else [])
 
 
 def never_worse(row: TuneRow, baseline: TuneRow) -> bool:
@@ -325,7 +341,7 @@ def best_row(rows: Sequence[TuneRow], metric: str, *, never_worse_than: str | No
     With ``never_worse_than`` (``engine`` or ``augmented``), only rows at least that baseline at every P@k
     compete (:func:`never_worse`); when no fusion row qualifies, every row does, and that is logged.
     """
-    candidates = [r for r in rows if r.window is not None]
+    candidates = [r for r in rows if r.window is not None and not r.fusion.startswith("hybrid")]
     if never_worse_than is not None:
         baseline = next((r for r in rows if r.fusion == never_worse_than and r.window is None), None)
         if baseline is None:
@@ -350,6 +366,7 @@ def run_tune(settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_f
     largest = max(settings.windows)
     gateway_settings = GatewaySettings(**{
         **base, "engine_url": settings.engine_url, "reranker_url": settings.reranker_url, "dict_dirs": settings.dict_dirs,
+        "embed_url": settings.embed_url or base.get("embed_url"), "embed_timeout_ms": max(int(base.get("embed_timeout_ms", 0)), 300_000),
         "window": largest, "max_window": max(largest, int(base.get("max_window", 500))),
         # tuning measures the model: a slow rerank must finish, not fail open
         "timeout_ms": max(int(base.get("timeout_ms", 0)), 300_000), "meta_ttl_s": 3600.0,

@@ -22,8 +22,11 @@ def _toml_value(value: Any) -> str:
     return json.dumps(str(value), ensure_ascii=False)  # a TOML basic string
 
 
-def settings_file(settings: TuneSettings, row: TuneRow, *, queries: int) -> str:
-    """A ``jingpai gateway --config`` file: the base settings with the best window and fusion."""
+def settings_file(settings: TuneSettings, row: TuneRow, *, queries: int, hybrid: TuneRow | None = None) -> str:
+    """A ``jingpai gateway --config`` file: the base settings with the best window and fusion (and, with
+    ``hybrid``, the best hybrid fusion and BM25 weight)."""
+    from jingpai.plugin.tune_hybrid import settings_lines
+
     values: dict[str, Any] = {k: v for k, v in settings.base.items() if k != "indices"}
     values.update({"engine_url": settings.engine_url, "reranker_url": settings.reranker_url})
     if settings.dict_dirs:
@@ -35,12 +38,17 @@ def settings_file(settings: TuneSettings, row: TuneRow, *, queries: int) -> str:
         values["rrf_k"] = row.rrf_k
     if row.window is not None and row.window > int(values.get("max_window", 500)):
         values["max_window"] = row.window
+    if settings.embed_url:
+        values["embed_url"] = settings.embed_url
     scores = ", ".join(f"{m} {row.metrics[m]:.4f}" for m in METRICS)
     lines = [
         f"# written by `jingpai tune` on index {settings.index}: best {settings.metric} over {queries} queries",
         f"# {row.label()}: {scores}",
-        "[gateway]",
     ]
+    if hybrid is not None:
+        values.update(settings_lines(hybrid))
+        lines.append(f"# first stage {hybrid.label()}: " + ", ".join(f"{m} {hybrid.metrics[m]:.4f}" for m in METRICS))
+    lines.append("[gateway]")
     lines += [f"{key} = {_toml_value(value)}" for key, value in values.items() if value is not None]
     for name, overrides in (settings.base.get("indices") or {}).items():  # kept: they still win for their indices
         lines += ["", f"[gateway.indices.{_toml_value(name)}]"] + [f"{k} = {_toml_value(v)}" for k, v in overrides.items()]

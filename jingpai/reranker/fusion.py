@@ -13,6 +13,10 @@ Three modes, over one window of candidates:
 Ties of the fused score keep the engine's order (:func:`fused_order`). Pure numpy: importing it does not
 import torch, so the gateway can use it.
 
+:class:`ListFusion` fuses two *candidate lists* instead (the gateway's hybrid first stage: BM25's hits and
+the kNN search's hits, each ranked by its own score): ``rrf`` or ``linear`` over the union of the two, a
+document missing from one list getting nothing from it (:meth:`ListFusion.fuse`).
+
 Example:
     >>> import numpy as np
     >>> spec = FusionSpec(mode="linear", weight=0.5)
@@ -49,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 FusionMode = Literal["replace", "linear", "rrf"]
 FUSION_MODES: tuple[str, ...] = ("replace", "linear", "rrf")
+ListFusionMode = Literal["rrf", "linear"]
+LIST_FUSION_MODES: tuple[str, ...] = ("rrf", "linear")
 
 
 class FusionError(UserError, ValueError):
@@ -143,6 +149,100 @@ class FusionSpec:
         return 2.0 * self.weight / (k + ranks) + 2.0 * (1.0 - self.weight) / (k + model_ranks)
 
 
+@dataclass(frozen=True)
+class FusedCandidate:
+    """One document of two fused lists: its fused score and its 1-based rank and score in each list
+    (``None``: not in that list)."""
+
+    id: str
+    score: float
+    ranks: tuple[int | None, int | None]
+    scores: tuple[float | None, float | None]
+
+
+@dataclass(frozen=True)
+class ListFusion:
+    """Fusion of two ranked candidate lists (e.g. BM25's and kNN's) into one ranking of their union.
+
+    - ``rrf``: ``2w/(k + rank_1) + 2(1−w)/(k + rank_2)``; a list the document is missing from adds 0.
+    - ``linear``: ``w·minmax(score_1) + (1−w)·minmax(score_2)``, min-max over each list's own scores (a list
+      whose scores are all equal, or missing, normalises by rank: first 1, last 0); missing adds 0.
+
+    ``weight`` is the *first* list's weight in [0, 1]. Ties keep the first list's order, then the second's.
+
+    >>> bm25 = [("a", 12.0), ("b", 7.0), ("c", 1.0)]
+    >>> knn = [("d", 0.95), ("a", 0.90)]
+    >>> [(c.id, round(c.score, 5), c.ranks) for c in ListFusion(mode="rrf", rrf_k=60).fuse(bm25, knn)]
+    [('a', 0.03252, (1, 2)), ('d', 0.01639, (None, 1)), ('b', 0.01613, (2, None)), ('c', 0.01587, (3, None))]
+    >>> [(c.id, round(c.score, 3)) for c in ListFusion(mode="linear", weight=0.5).fuse(bm25, knn)]
+    [('a', 0.5), ('d', 0.5), ('b', 0.273), ('c', 0.0)]
+    >>> [c.id for c in ListFusion(mode="linear", weight=0.0).fuse(bm25, knn)]
+    ['d', 'a', 'b', 'c']
+    >>> ListFusion(mode="replace")
+    Traceback (most recent call last):
+    ...
+    jingpai.reranker.fusion.FusionError: hybrid fusion must be one of rrf, linear, got 'replace'
+
+    Raises:
+        FusionError: an unknown mode, a weight outside [0, 1] or ``rrf_k`` < 1.
+    """
+
+    mode: ListFusionMode = "rrf"
+    weight: float = 0.5
+    rrf_k: int = 60
+
+    def __post_init__(self) -> None:
+        if self.mode not in LIST_FUSION_MODES:
+            raise FusionError(f"hybrid fusion must be one of {', '.join(LIST_FUSION_MODES)}, got {self.mode!r}")
+        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or not 0.0 <= self.weight <= 1.0:
+            raise FusionError(f"hybrid weight must be a number in [0, 1] (the first list's, BM25's, weight), got {self.weight!r}")
+        if isinstance(self.rrf_k, bool) or not isinstance(self.rrf_k, int) or self.rrf_k < 1:
+            raise FusionError(f"hybrid rrf_k must be an integer >= 1, got {self.rrf_k!r}")
+        object.__setattr__(self, "weight", float(self.weight))
+
+    def describe(self) -> dict[str, Any]:
+        """The mode and the parameters it uses, e.g. ``{"mode": "rrf", "weight": 0.5, "rrf_k": 60}``."""
+        return {"mode": self.mode, "weight": self.weight, **({"rrf_k": self.rrf_k} if self.mode == "rrf" else {})}
+
+    def fuse(self, first: Sequence[tuple[str, float | None]], second: Sequence[tuple[str, float | None]]) -> list[FusedCandidate]:
+        """The union of two ranked lists of ``(id, score)`` (best first), best fused first.
+
+        A document listed twice in one list counts at its first (best) place.
+        """
+        lists = [_dedup(first), _dedup(second)]
+        parts = [self._contributions(items, w) for items, w in zip(lists, (self.weight, 1.0 - self.weight))]
+        ids = list(dict.fromkeys([doc for doc, _ in lists[0]] + [doc for doc, _ in lists[1]]))
+        ranks = [{doc: r for r, (doc, _) in enumerate(items, start=1)} for items in lists]
+        scores = [dict(items) for items in lists]
+        fused = [
+            FusedCandidate(doc, parts[0].get(doc, 0.0) + parts[1].get(doc, 0.0), (ranks[0].get(doc), ranks[1].get(doc)),
+                           (scores[0].get(doc), scores[1].get(doc)))
+            for doc in ids
+        ]
+        far = len(ids) + 1
+        return sorted(fused, key=lambda c: (-c.score, c.ranks[0] or far, c.ranks[1] or far))
+
+    def _contributions(self, items: list[tuple[str, float | None]], weight: float) -> dict[str, float]:
+        if not items:
+            return {}
+        if self.mode == "rrf":
+            return {doc: 2.0 * weight / (self.rrf_k + r) for r, (doc, _) in enumerate(items, start=1)}
+        values = [s for _, s in items]
+        if any(s is None or not math.isfinite(s) for s in values) or max(values) == min(values):  # type: ignore[type-var]
+            n = len(items)
+            normalised = [1.0 - r / max(n - 1, 1) for r in range(n)] if n > 1 else [1.0]
+        else:
+            normalised = min_max(values).tolist()  # type: ignore[arg-type]
+        return {doc: weight * x for (doc, _), x in zip(items, normalised)}
+
+
+def _dedup(items: Sequence[tuple[str, float | None]]) -> list[tuple[str, float | None]]:
+    seen: dict[str, float | None] = {}
+    for doc, score in items:
+        seen.setdefault(doc, score)
+    return list(seen.items())
+
+
 def min_max(values: Sequence[float] | np.ndarray) -> np.ndarray:
     """``(x - min) / (max - min)``; all 1.0 when every value is equal (including a single value).
 
@@ -213,4 +313,7 @@ def _engine_ranks(engine: np.ndarray | None, given: Sequence[int] | np.ndarray |
     return np.arange(1, n + 1, dtype=np.float64) if engine is None else ranks_of(engine)
 
 
-__all__ = ["FUSION_MODES", "FusionError", "FusionMode", "FusionSpec", "fused_order", "min_max", "ranks_of"]
+__all__ = [
+    "FUSION_MODES", "LIST_FUSION_MODES", "FusedCandidate", "FusionError", "FusionMode", "FusionSpec", "ListFusion", "ListFusionMode",
+    "fused_order", "min_max", "ranks_of",
+]

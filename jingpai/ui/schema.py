@@ -44,6 +44,8 @@ class UiHit(BaseModel):
     fused_score: float | None = None
     moved: int | None = None
     new: bool = False
+    #: the hybrid first stage's list(s) the hit came from (``["bm25", "knn"]`` …); ``None``: not a hybrid search
+    sources: list[str] | None = None
 
 
 class Column(BaseModel):

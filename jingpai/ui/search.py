@@ -216,6 +216,8 @@ def _jingpai_column(
         item = _hit(hit, rank, keywords, ui, fields)
         before = engine_rank.get(item.id)
         scored = hit.get("_jingpai")
+        if isinstance(scored, dict) and isinstance(scored.get("sources"), list):
+            item.sources = [str(s) for s in scored["sources"]]
         # hits past the rerank window carry no _jingpai: they keep the engine's order and score
         if reranked and isinstance(scored, dict):
             item.fused_score, item.model_score = hit.get("_score"), scored.get("model_score")

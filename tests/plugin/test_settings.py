@@ -75,7 +75,7 @@ def test_bad_fusion_settings_name_the_value_and_the_choices(tmp_path: Path) -> N
     assert str(info.value) == "indices.p: fusion must be one of replace, linear, rrf, got 'max'"
     with pytest.raises(GatewayConfigError) as info:
         GatewaySettings(engine_url="http://e:9200", indices={"p": {"window": 3}})
-    assert str(info.value) == "unknown setting(s) ['window'] in indices.p; expected some of ['fusion', 'fusion_weight', 'rrf_k']"
+    assert str(info.value) == "unknown setting(s) ['window'] in indices.p; expected some of ['fusion', 'fusion_weight', 'rrf_k', 'hybrid', 'hybrid_fusion', 'hybrid_weight', 'hybrid_k', 'hybrid_rrf_k']"
 
 
 def test_setting_hints_name_the_real_option_and_env_var() -> None:

@@ -32,6 +32,7 @@ plan       a search's frozen plan, decided without I/O (augment? rerank which wi
 source     ``_source`` folding: the rerank fields fetched with the window, removed from the answer
 meta       the per-credentials cache of which indices jingpai built (their field roles, dictionary)
 proxy      the transport to the engine (pass-through streaming, searches, mapping lookups)
+hybrid     on an index with vectors: the query's kNN search (embedded by ``/embed``) fused with BM25's hits
 rerank     the reranker behind the gateway's concurrency bounds
 finish     rerank + fuse the window, cut the page, add ``jingpai``, apply ``filter_path``
 handlers   the routes (``_search``, ``_msearch``, pass-through): :class:`Gateway`

@@ -4,6 +4,9 @@
 Hits past the window keep the engine's order and score, so paging with ``from``/``size`` never repeats or
 skips a hit. Every reranker failure fails open: the engine's order of the same page is served, with the
 reason in ``jingpai.reason``.
+
+A hybrid search's answer arrives here with its kNN hits already fused in (:func:`~.hybrid.fuse_hits`): the
+"engine's order" is then the fused first-stage order, and ``jingpai.hybrid`` says whether the kNN list made it.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def _done(plan: SearchPlan, data: dict, **info) -> Finished:
 
 
 async def finish(plan: SearchPlan, data: dict, reranker: BoundedReranker | None, *, doc_chars: int,
-                 slots: tuple[asyncio.Semaphore, ...] = (), log: bool = True) -> Finished:
+                 slots: tuple[asyncio.Semaphore, ...] = (), log: bool = True, hybrid: dict | None = None) -> Finished:
     """Rerank the window of an engine response (when planned), cut the page, add ``jingpai`` and apply the
     client's ``filter_path``. ``data`` is the engine's parsed answer and is changed in place.
 
@@ -52,13 +55,19 @@ async def finish(plan: SearchPlan, data: dict, reranker: BoundedReranker | None,
         doc_chars: each document's text is cut to this many characters.
         slots: bounds to hold while calling the reranker besides the gateway-wide one (an ``_msearch``'s own).
         log: log a fail-open here (an ``_msearch`` logs one summary instead).
+        hybrid: the ``jingpai.hybrid`` object of a hybrid search (its hits already fused).
     """
-    if not plan.rerank or not isinstance(data.get("hits"), dict):
-        return _done(plan, data)
+    extra = {"hybrid": hybrid} if hybrid is not None else {}
+    if not isinstance(data.get("hits"), dict):
+        return _done(plan, data, **extra)
+    if not plan.rerank:
+        if plan.hybrid is not None:  # fetched from 0 to cut the page from the fused list
+            data["hits"]["hits"] = _page(plan, data["hits"].get("hits") or [])
+        return _done(plan, data, **extra)
     hits: list[dict] = data["hits"].get("hits") or []
     if not hits:
         data["hits"]["hits"] = []
-        return _done(plan, data, reason="no_hits")
+        return _done(plan, data, reason="no_hits", **extra)
     assert reranker is not None and plan.fusion is not None
     window, rest = hits[: plan.window], hits[plan.window :]
     texts = [doc_text(h, plan.fields, doc_chars) for h in window]
@@ -66,7 +75,7 @@ async def finish(plan: SearchPlan, data: dict, reranker: BoundedReranker | None,
         # every document would score as the empty text: no ranking signal, so none is claimed
         logger.warning("not reranking: none of the %d hits has text in %s", len(window), list(plan.fields))
         data["hits"]["hits"] = _page(plan, hits)
-        return _done(plan, data, reason="no_document_text")
+        return _done(plan, data, reason="no_document_text", **extra)
     started = time.perf_counter()
     try:
         scores = await reranker.scores(plan.query_text, texts, slots)
@@ -74,18 +83,19 @@ async def finish(plan: SearchPlan, data: dict, reranker: BoundedReranker | None,
         if log:
             logger.warning("serving engine order (fail-open): %s%s", exc, fail_open_hint(exc.reason))
         data["hits"]["hits"] = _page(plan, hits)
-        return _done(plan, data, reason=exc.reason, took_rerank_ms=round((time.perf_counter() - started) * 1000, 2))
+        return _done(plan, data, reason=exc.reason, took_rerank_ms=round((time.perf_counter() - started) * 1000, 2), **extra)
     took = round((time.perf_counter() - started) * 1000, 2)
     engine_ranks = range(1, len(window) + 1)
     fused = plan.fusion.fuse([h.get("_score") for h in window], scores, engine_ranks=engine_ranks)
     for rank, hit in zip(engine_ranks, window):
-        hit["_jingpai"] = {"engine_score": hit.get("_score"), "engine_rank": rank, "model_score": scores[rank - 1]}
+        # a hybrid hit keeps where it came from (sources, BM25's and kNN's ranks); its engine score is the fused one
+        hit["_jingpai"] = {**(hit.get("_jingpai") or {}), "engine_score": hit.get("_score"), "engine_rank": rank, "model_score": scores[rank - 1]}
         hit["_score"] = float(fused[rank - 1])
     # hits past the window keep the engine's order and score: they were not reranked
     data["hits"]["hits"] = _page(plan, [window[i] for i in fused_order(fused)] + rest)
     data["hits"]["max_score"] = float(fused.max())
     return _done(plan, data, reason=None, reranked=True, model=await reranker.model_name(), took_rerank_ms=took,
-                 fusion=plan.fusion.describe())
+                 fusion=plan.fusion.describe(), **extra)
 
 
 __all__ = ["Finished", "finish"]

@@ -27,6 +27,7 @@ from jingpai.plugin.filter_path import FilterPath
 from jingpai.plugin.gateway.depth import check_depth, check_passthrough, check_source_parameter
 from jingpai.plugin.gateway.errors import NotOursToJudge
 from jingpai.plugin.gateway.finish import finish
+from jingpai.plugin.gateway.hybrid import HybridSearcher, KnnOutcome, fuse_hits
 from jingpai.plugin.gateway.meta import Credentials, IndexMetaCache
 from jingpai.plugin.gateway.metrics import GatewayMetrics
 from jingpai.plugin.gateway.models import FusionParams, take_fusion, take_mode
@@ -62,6 +63,8 @@ class Gateway:
         self.meta = IndexMetaCache(self.proxy, ttl_s=settings.meta_ttl_s)
         self.bounded_reranker = BoundedReranker(settings, observe=self.metrics.rerank_call) if settings.reranker_url else None
         self.planner = Planner(settings, rewriter_for=self._rewriter)
+        self.hybrid = HybridSearcher(settings, kind=lambda: self.proxy.engine_kind, fetch=lambda method, path, headers, body, hop: (
+            self.proxy.fetch(method, path, headers=headers, body=body, hop=hop)))
         self.metrics.watch(breaker=self.reranker.breaker if self.reranker else None, dictionaries=self.dictionaries)
         # the jingpai object of every search forwarded unread (_forwarded_as_is), encoded once: it is
         # the same on each, and building it (model validation, JSON) cost ~25 µs of the gateway's ~0.5 ms there
@@ -75,6 +78,7 @@ class Gateway:
     async def aclose(self) -> None:
         self.dictionaries.close()
         await self.proxy.aclose()
+        await self.hybrid.aclose()
         if self.bounded_reranker is not None:
             await self.bounded_reranker.aclose()
 
@@ -92,7 +96,7 @@ class Gateway:
                              seg_boost=s.seg_boost, keyword_boost=s.keyword_boost, weight_boost=s.weight_boost)
 
     async def plan(self, index: str | None, body: dict, params: Mapping[str, str], credentials: Credentials, *,
-                   mode_param: str | None, fusion_param: FusionParams | None = None) -> SearchPlan:
+                   mode_param: str | None, fusion_param: FusionParams | None = None, hybrid_allowed: bool = True) -> SearchPlan:
         """Read, look up and plan one search (:mod:`jingpai.plugin.gateway.plan`).
 
         A search the gateway cannot interpret (:class:`NotOursToJudge`, or a shape its planning trips over)
@@ -107,7 +111,7 @@ class Gateway:
             if meta is not None and meta.dict_version is not None:
                 # a version not loaded yet is looked for under the dictionary root and loaded off the event loop
                 await self.dictionaries.aget(meta.dict_version)
-            return plan_search(search, meta, self.planner)
+            return plan_search(search, meta, self.planner, hybrid_allowed=hybrid_allowed)
         except _NOT_INTERPRETABLE as exc:
             logger.warning("forwarding a search on %r unchanged (the engine judges it): %s: %s", index, type(exc).__name__, exc)
             return unchanged_plan(body, params, mode_param or self.settings.mode)
@@ -166,10 +170,21 @@ class Gateway:
         path = f"/{path_part(index)}/_search" if index else "/_search"
         # nothing to change: the client's own bytes, without encoding them again
         payload = dumps(plan.body) if plan.rewritten else raw
-        resp = await self._send(request, payload, plan.params, path, wrote_body=plan.rewritten)
+        # a hybrid search's kNN half (embed, then kNN) runs while the engine answers its BM25 half
+        knn = asyncio.create_task(self.hybrid.knn(plan.hybrid, body_headers(request))) if plan.hybrid is not None else None
+        try:
+            resp = await self._send(request, payload, plan.params, path, wrote_body=plan.rewritten)
+        except BaseException:
+            if knn is not None:
+                knn.cancel()
+            raise
         if resp.status_code != 200:
+            if knn is not None:
+                knn.cancel()
             return self._relay(resp, plan.filter_path)
         headers = response_headers(resp, body_rewritten=True)
+        if knn is not None:
+            return await self._finish_hybrid(plan, resp.json(), knn, headers)
         if not plan.rerank:
             # the engine's answer plus the jingpai object: spliced into its bytes instead of parsing and
             # re-encoding tens of kilobytes of hits (the gateway's whole cost when it does not rerank)
@@ -184,6 +199,14 @@ class Gateway:
                 self.metrics.search_answered(plan, plan.reason)
                 return Response(spliced, status_code=200, headers=headers)
         finished = await finish(plan, resp.json(), self.bounded_reranker, doc_chars=self.settings.doc_chars)
+        self.metrics.search_answered(plan, finished.reason)
+        return Response(dumps(finished.data), status_code=200, headers=headers)
+
+    async def _finish_hybrid(self, plan: SearchPlan, data: dict, knn: asyncio.Task[KnnOutcome], headers: dict[str, str]) -> Response:
+        """Fuse a hybrid search's kNN hits into its BM25 answer, then finish it (rerank) as any other."""
+        assert plan.hybrid is not None
+        hybrid = fuse_hits(plan.hybrid, data, await knn)
+        finished = await finish(plan, data, self.bounded_reranker, doc_chars=self.settings.doc_chars, hybrid=hybrid)
         self.metrics.search_answered(plan, finished.reason)
         return Response(dumps(finished.data), status_code=200, headers=headers)
 
@@ -224,7 +247,7 @@ class Gateway:
                 logger.warning("forwarding _msearch search %d unchanged (the engine judges it): %s", i // 2, exc)
                 plan = unchanged_plan(body, {}, mode_param or self.settings.mode)
             else:
-                plan = await self.plan(target, body, {}, credentials, mode_param=mode_param, fusion_param=fusion_param)
+                plan = await self.plan(target, body, {}, credentials, mode_param=mode_param, fusion_param=fusion_param, hybrid_allowed=False)
             plans.append(plan)
             out_lines += [raw_lines[i], dumps(plan.body) if plan.rewritten else raw_lines[i + 1]]
         payload = b"\n".join(out_lines) + b"\n"

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from jingpai.plugin.gateway.errors import BadGatewayRequest
-from jingpai.plugin.settings import GATEWAY_MODES
+from jingpai.plugin.settings import GATEWAY_MODES, MAX_KNN_CANDIDATES, GatewayConfigError, HybridSpec
 from jingpai.reranker.fusion import FusionSpec
 
 
@@ -36,6 +36,32 @@ class FusionParams(BaseModel):
 FUSION_URL_PARAMS: dict[str, str] = {f"jingpai_{name}": name for name in FusionParams.model_fields}
 
 
+class HybridParams(BaseModel):
+    """``ext.jingpai.hybrid``: a search's hybrid first stage (on an index with vectors); ``None`` keeps the
+    index's or the gateway's value. ``weight`` is BM25's in [0, 1], ``k`` the neighbours the kNN search asks
+    for, ``rrf_k`` the RRF constant, ``num_candidates`` the HNSW search breadth."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool | None = None
+    fusion: Literal["rrf", "linear"] | None = None
+    weight: float | None = Field(default=None, ge=0.0, le=1.0)
+    k: int | None = Field(default=None, ge=1, le=MAX_KNN_CANDIDATES)
+    num_candidates: int | None = Field(default=None, ge=1, le=MAX_KNN_CANDIDATES)
+    rrf_k: int | None = Field(default=None, ge=1)
+
+    def over(self, base: HybridSpec) -> HybridSpec:
+        """These values on top of ``base`` (the index's or the gateway's hybrid spec).
+
+        Raises:
+            BadGatewayRequest: ``num_candidates`` below ``k``.
+        """
+        try:
+            return base.override(**self.model_dump())
+        except GatewayConfigError as exc:
+            raise BadGatewayRequest(f"invalid ext.jingpai.hybrid: {exc}") from exc
+
+
 class JingpaiExt(FusionParams):
     """The ``ext.jingpai`` section of a search body (removed before forwarding)."""
 
@@ -44,6 +70,13 @@ class JingpaiExt(FusionParams):
     fields: list[str] | None = Field(default=None, min_length=1)
     model: str | None = None
     query: str | None = Field(default=None, min_length=1)
+    #: ``true`` / ``false`` is ``{"enabled": …}``
+    hybrid: HybridParams | None = None
+
+    @field_validator("hybrid", mode="before")
+    @classmethod
+    def _enabled_shorthand(cls, value: Any) -> Any:
+        return {"enabled": value} if isinstance(value, bool) else value
 
 
 class JingpaiInfo(BaseModel):
@@ -59,6 +92,9 @@ class JingpaiInfo(BaseModel):
     window: int | None = None
     took_rerank_ms: float | None = None
     fusion: dict[str, Any] | None = None
+    #: the hybrid first stage on an index with vectors (``None``: the index has none):
+    #: ``{applied, reason, fusion, k, bm25_hits, knn_hits, took_embed_ms, took_knn_ms}``
+    hybrid: dict[str, Any] | None = None
 
 
 def validation_problems(exc: ValidationError, where: Callable[[tuple], str]) -> str:
@@ -111,9 +147,11 @@ def take_ext(body: dict) -> JingpaiExt:
         return JingpaiExt.model_validate(raw)
     except ValidationError as exc:
         problems = validation_problems(exc, lambda loc: ".".join(str(p) for p in loc) or "ext.jingpai")
-        raise BadGatewayRequest(f"invalid ext.jingpai: {problems}; valid keys: {', '.join(JingpaiExt.model_fields)}") from exc
+        nested = any(err["loc"][:1] == ("hybrid",) for err in exc.errors())
+        hybrid_keys = f"; hybrid takes: {', '.join(HybridParams.model_fields)}" if nested else ""
+        raise BadGatewayRequest(f"invalid ext.jingpai: {problems}; valid keys: {', '.join(JingpaiExt.model_fields)}{hybrid_keys}") from exc
 
 
 __all__ = [
-    "FUSION_URL_PARAMS", "FusionParams", "JingpaiExt", "JingpaiInfo", "take_ext", "take_fusion", "take_mode", "validation_problems",
+    "FUSION_URL_PARAMS", "FusionParams", "HybridParams", "JingpaiExt", "JingpaiInfo", "take_ext", "take_fusion", "take_mode", "validation_problems",
 ]

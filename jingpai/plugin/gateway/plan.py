@@ -18,7 +18,7 @@ The reasons a search is not reranked (``plan.reason``) are the ``jingpai.reason`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -26,9 +26,10 @@ from jingpai.indexer.mapping import IndexMeta
 from jingpai.plugin.augment import QueryRewriter, RewriteResult, find_full_text
 from jingpai.plugin.filter_path import FilterPath
 from jingpai.plugin.gateway.errors import BadGatewayRequest, NotOursToJudge
-from jingpai.plugin.gateway.models import FusionParams, JingpaiExt, JingpaiInfo, take_ext
-from jingpai.plugin.gateway.source import SourceFold, fold_source
-from jingpai.plugin.settings import GatewaySettings
+from jingpai.plugin.gateway.hybrid import HybridPlan, exclude_vector, not_applied, plan_hybrid
+from jingpai.plugin.gateway.models import FusionParams, HybridParams, JingpaiExt, JingpaiInfo, take_ext
+from jingpai.plugin.gateway.source import SourceFold, fold_source, fold_url_source
+from jingpai.plugin.settings import GatewaySettings, HybridSpec
 from jingpai.reranker.fusion import FusionError, FusionSpec
 
 
@@ -45,6 +46,8 @@ class SearchRequest:
     fusion: FusionSpec
     #: whether ``body`` already differs from what the client sent (``ext.jingpai`` was removed)
     rewritten: bool = False
+    #: the hybrid first stage asked for (applied only on an index with vectors)
+    hybrid: HybridSpec = field(default_factory=HybridSpec)
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,10 @@ class SearchPlan:
     filter_path: FilterPath | None = None
     #: whether ``body`` differs from what the client sent (else the client's bytes are forwarded as they came)
     rewritten: bool = False
+    #: the kNN half of a hybrid search (``None``: BM25 alone)
+    hybrid: HybridPlan | None = None
+    #: the response's ``jingpai.hybrid`` as planned (``None``: the index has no vectors)
+    hybrid_info: dict | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", MappingProxyType(dict(self.params)))
@@ -91,9 +98,11 @@ class SearchPlan:
             "augment_reason": None if augmented else self.augment_reason,
             "keywords": [w for w, _ in self.rewrite.keywords] if self.rewrite else [],
             "window": self.window or None,
+            "hybrid": self.hybrid_info,
             **overrides,
         }
-        return JingpaiInfo(**data).model_dump()
+        # no ``hybrid`` member on an index without vectors: the answer is as it was before hybrid search
+        return JingpaiInfo(**data).model_dump(exclude=None if data.get("hybrid") is not None else {"hybrid"})
 
 
 @dataclass(frozen=True)
@@ -182,7 +191,10 @@ def parse_search(index: str | None, body: dict, params: Mapping[str, str], *, se
     except FusionError as exc:
         raise BadGatewayRequest(f"invalid fusion for this request: {exc}") from exc
     mode = mode_param or ext.mode or settings.mode
-    return SearchRequest(index=index, body=body, params=dict(params), ext=ext, mode=mode, fusion=fusion, rewritten=had_ext)
+    hybrid = settings.hybrid_for(index)
+    if ext.hybrid is not None:
+        hybrid = ext.hybrid.over(hybrid)
+    return SearchRequest(index=index, body=body, params=dict(params), ext=ext, mode=mode, fusion=fusion, rewritten=had_ext, hybrid=hybrid)
 
 
 def unchanged_plan(body: dict, params: Mapping[str, str], mode: str) -> SearchPlan:
@@ -199,9 +211,10 @@ def unchanged_plan(body: dict, params: Mapping[str, str], mode: str) -> SearchPl
 # ---------------------------------------------------------------------------------------------- planning
 
 
-def shape_reason(body: dict, params: Mapping[str, str], planner: Planner) -> str | None:
-    """Why a search is not reranked because of its shape (``None``: it may be); needs no index lookup."""
-    if planner.settings.reranker_url is None:
+def shape_reason(body: dict, params: Mapping[str, str], planner: Planner, *, need_reranker: bool = True) -> str | None:
+    """Why a search is not reranked because of its shape (``None``: it may be); needs no index lookup.
+    ``need_reranker=False``: whether its shape allows a hybrid first stage (which needs no reranker)."""
+    if need_reranker and planner.settings.reranker_url is None:
         return "no_reranker_configured"
     if "scroll" in params:
         return "scroll"
@@ -236,9 +249,10 @@ def _augment(body: dict, meta: IndexMeta, planner: Planner) -> tuple[RewriteResu
     return rewrite, None
 
 
-def plan_search(search: SearchRequest, meta: IndexMeta | None, planner: Planner) -> SearchPlan:
-    """Decide augmentation and reranking for ``search`` on an index with ``meta`` (``None``: not a jingpai
-    index, or no index). ``search`` is not changed: the plan holds its own body and parameters.
+def plan_search(search: SearchRequest, meta: IndexMeta | None, planner: Planner, *, hybrid_allowed: bool = True) -> SearchPlan:
+    """Decide augmentation, reranking and the hybrid first stage for ``search`` on an index with ``meta``
+    (``None``: not a jingpai index, or no index). ``search`` is not changed: the plan holds its own body and
+    parameters. ``hybrid_allowed=False``: never hybrid (an ``_msearch``'s searches: ``reason: msearch``).
 
     Raises:
         NotOursToJudge: a part of the search the gateway cannot interpret (the caller forwards it unchanged).
@@ -255,11 +269,57 @@ def plan_search(search: SearchRequest, meta: IndexMeta | None, planner: Planner)
         return SearchPlan(**base, reason=reason or missing, augment_reason=missing)
     rewrite, augment_reason = _augment(body, meta, planner)
     base.update(rewrite=rewrite, augment_reason=augment_reason, rewritten=search.rewritten or bool(rewrite.augmented))
+    if meta.vector_field is not None:
+        # a hit carries its document, not its 512 floats (the URL's source filter folded in first: one place decides)
+        fold_url_source(body, params)
+        exclude_vector(body, meta.vector_field)
+        base["rewritten"] = True
     if reason is None and not (search.ext.query or rewrite.query_text or params.get("q")):
         reason = "no_full_text_query"
-    if reason is not None:
-        return SearchPlan(**base, reason=reason)
-    return _rerank_plan(base, search.ext, meta, planner.settings)
+    plan = SearchPlan(**base, reason=reason) if reason is not None else _rerank_plan(base, search.ext, meta, planner.settings)
+    return _with_hybrid(plan, search, meta, planner, allowed=hybrid_allowed)
+
+
+#: the reasons a search is not reranked that still leave it a hybrid first stage
+_HYBRID_WITHOUT_RERANK = frozenset({"augment_only", "no_reranker_configured"})
+
+
+def _hybrid_reason(plan: SearchPlan, search: SearchRequest, planner: Planner, *, allowed: bool) -> str | None:
+    """Why a search on an index with vectors does not run hybrid (``None``: it does)."""
+    if not search.hybrid.enabled:
+        return "disabled"
+    if not allowed:
+        return "msearch"
+    if planner.settings.embedder_url is None:
+        return "no_embedder_configured"
+    if plan.rerank:
+        return None
+    if plan.reason not in _HYBRID_WITHOUT_RERANK:
+        return plan.reason or "not_planned"
+    return shape_reason(plan.body, plan.params, planner, need_reranker=False) or (
+        None if (search.ext.query or (plan.rewrite and plan.rewrite.query_text) or plan.params.get("q")) else "no_full_text_query"
+    )
+
+
+def _with_hybrid(plan: SearchPlan, search: SearchRequest, meta: IndexMeta, planner: Planner, *, allowed: bool) -> SearchPlan:
+    """``plan`` with its hybrid first stage, or with the reason it has none (on an index with vectors)."""
+    if meta.vector_field is None or not search.index:
+        return plan
+    why = _hybrid_reason(plan, search, planner, allowed=allowed)
+    if why is not None:
+        return replace(plan, hybrid_info=not_applied(why))
+    body, params, changes = plan.body, dict(plan.params), {}
+    if not plan.rerank:
+        # BM25 fetches the whole of from + size from 0, so the page is cut from the fused list
+        from_ = int_param(params.pop("from", body.get("from", 0)), "from")
+        size = int_param(params.pop("size", body.get("size", 10)), "size")
+        body["from"], body["size"] = 0, from_ + size
+        query_text = search.ext.query or (plan.rewrite.query_text if plan.rewrite else "") or params.get("q", "")
+        filter_path = FilterPath.parse(params.pop("filter_path")) if "filter_path" in params else None
+        changes = {"from_": from_, "size": size, "query_text": query_text, "filter_path": filter_path, "params": params, "rewritten": True}
+    hybrid = plan_hybrid(search.index, body, search.body.get("query"), changes.get("query_text", plan.query_text), search.hybrid,
+                         meta.vector_field, meta.vector_dims, int(body["size"]))
+    return replace(plan, hybrid=hybrid, hybrid_info=hybrid.info(), **changes)
 
 
 def _rerank_plan(base: dict[str, Any], ext: JingpaiExt, meta: IndexMeta, settings: GatewaySettings) -> SearchPlan:
@@ -292,6 +352,6 @@ def _rerank_plan(base: dict[str, Any], ext: JingpaiExt, meta: IndexMeta, setting
 
 
 __all__ = [
-    "Planner", "SearchPlan", "SearchRequest", "int_param", "msearch_target", "parse_search", "plan_search", "shape_reason",
+    "HybridParams", "Planner", "SearchPlan", "SearchRequest", "int_param", "msearch_target", "parse_search", "plan_search", "shape_reason",
     "sorts_by_other_fields", "unchanged_plan",
 ]

@@ -150,6 +150,9 @@ class EngineProxy:
     def __init__(self, settings: GatewaySettings, *, observe: Callable[[str, float], None] | None = None) -> None:
         self.settings = settings
         self.observe = observe
+        #: ``elasticsearch`` or ``opensearch`` once an answer was read (Elasticsearch 8 marks every answer with
+        #: ``X-Elastic-Product``); a hybrid search's kNN body differs between the two
+        self.engine_kind: str | None = None
         self._session: aiohttp.ClientSession | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -227,6 +230,8 @@ class EngineProxy:
         async with self.session.request(method, URL(url, encoded=True), headers=headers, data=body or None,
                                         allow_redirects=False, auto_decompress=True) as resp:
             upstream = Upstream(resp.status, resp.headers, await resp.read())
+        if resp.status == 200:
+            self.engine_kind = "elasticsearch" if resp.headers.get("X-Elastic-Product") == "Elasticsearch" else "opensearch"
         self._observe(hop, started)
         return upstream
 

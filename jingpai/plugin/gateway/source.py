@@ -69,7 +69,7 @@ def pop_path(source: dict, path: str) -> None:
         node.pop(parts[-1], None)
 
 
-def _fold_url_source(body: dict, params: dict[str, str]) -> None:
+def fold_url_source(body: dict, params: dict[str, str]) -> None:
     """Move ``?_source``, ``?_source_includes`` and ``?_source_excludes`` into ``body["_source"]``."""
     if not any(k in params for k in ("_source", "_source_includes", "_source_excludes")):
         return
@@ -92,7 +92,7 @@ def fold_source(body: dict, params: dict[str, str], fields: tuple[str, ...]) -> 
     Raises:
         NotOursToJudge: a ``_source`` of a type the engines do not accept.
     """
-    _fold_url_source(body, params)
+    fold_url_source(body, params)
     user_source = body.get("_source")
     if user_source is False:
         body["_source"] = {"includes": list(fields)}
@@ -143,4 +143,4 @@ def doc_text(hit: dict, fields: tuple[str, ...], doc_chars: int) -> str:
     return "\n".join(parts)[:doc_chars]
 
 
-__all__ = ["SourceFold", "as_list", "doc_text", "fold_source", "get_path", "pop_path", "selects", "unfold_page"]
+__all__ = ["SourceFold", "as_list", "doc_text", "fold_source", "fold_url_source", "get_path", "pop_path", "selects", "unfold_page"]

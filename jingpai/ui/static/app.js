@@ -55,6 +55,13 @@
     const title = el("span", "title");
     appendSegments(title, hit.title);
     head.appendChild(title);
+    if (column === "jingpai" && hit.sources && hit.sources.length) {
+      // the hybrid first stage's list(s) this hit came from: BM25, kNN or both
+      const names = hit.sources.map((s) => (s === "knn" ? "kNN" : s.toUpperCase()));
+      const source = el("span", "source " + hit.sources.join("-"), names.join("+"));
+      source.title = "found by " + names.join(" and ");
+      head.appendChild(source);
+    }
     if (column === "jingpai") {
       const badge = movedBadge(hit);
       if (badge) {

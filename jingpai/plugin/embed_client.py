@@ -1,0 +1,123 @@
+"""Async client of an embedding service's TEI ``POST /embed`` (``jingpai serve`` with a bi-encoder such as
+``use-bi``, or Hugging Face TEI) with a timeout, a circuit breaker and a small cache of query vectors.
+
+The gateway embeds a hybrid search's query text with it. Every failure becomes :class:`EmbedUnavailable`
+with a short machine-readable ``reason`` (one of :data:`EMBED_REASONS`), which the gateway reports in
+``jingpai.hybrid.reason`` while serving BM25's hits alone (fail-open), as :mod:`jingpai.plugin.rerank_client`
+does for reranking.
+
+Example:
+    >>> client = EmbedClient("http://127.0.0.1:8081", timeout_ms=1000)     # doctest: +SKIP
+    >>> await client.embed("花呗怎么还款")                                    # doctest: +SKIP
+    [0.013, -0.094, ...]
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from typing import Literal
+
+import httpx
+from cachetools import LRUCache
+from pydantic import TypeAdapter, ValidationError
+
+from jingpai.errors import UnavailableError
+from jingpai.plugin.rerank_client import CircuitBreaker
+
+logger = logging.getLogger(__name__)
+
+#: why an embedding failed: no answer in time, no connection, HTTP 429 (the service's queue is full or timed
+#: out), any other non-200 (a cross-encoder answers 400: it cannot embed), an answer that is not one vector
+#: of the index's dimension, the breaker open
+EmbedReason = Literal["embed_timeout", "embed_unreachable", "embed_overloaded", "embed_error", "embed_bad_response", "embed_circuit_open"]
+EMBED_REASONS: tuple[str, ...] = EmbedReason.__args__  # type: ignore[attr-defined]
+
+#: query texts whose vectors are kept (paging through one query's results embeds it once)
+CACHE_SIZE = 1024
+
+_RESPONSE = TypeAdapter(list[list[float]])
+
+
+class EmbedUnavailable(UnavailableError, RuntimeError):
+    """The query could not be embedded; ``reason`` says why (the gateway serves BM25 alone)."""
+
+    def __init__(self, reason: EmbedReason, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+class EmbedClient:
+    """Calls ``POST {url}/embed`` (TEI's request: one text, ``truncate`` on, ``normalize`` on).
+
+    Args:
+        url: base URL of the service.
+        timeout_ms: per-request timeout (connect + read); the gateway's ``embed_timeout_ms``.
+        breaker: circuit breaker shared by all requests of this client (default: 3 failures, 10 s).
+        clock: monotonic time source of the default breaker and of :attr:`last_took_ms`.
+    """
+
+    def __init__(self, url: str, *, timeout_ms: int, breaker: CircuitBreaker | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_ms / 1000.0
+        self.breaker = breaker or CircuitBreaker(clock=clock, name="embedder")
+        self._clock = clock
+        self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s), trust_env=False)
+        self._cache: LRUCache[tuple[str, int | None], list[float]] = LRUCache(maxsize=CACHE_SIZE)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    async def embed(self, text: str, *, dims: int | None = None) -> list[float]:
+        """The unit vector of ``text``.
+
+        Args:
+            dims: the dimension the vector must have (the index's ``vector_dims``); ``None``: any.
+
+        Raises:
+            EmbedUnavailable: breaker open, timeout, connection failure, HTTP error or an answer that is
+                not one finite vector of ``dims`` components.
+        """
+        key = (text, dims)
+        if key in self._cache:
+            return self._cache[key]
+        if not self.breaker.allow():
+            raise EmbedUnavailable("embed_circuit_open", f"embedder at {self.url} failed repeatedly; circuit breaker is open")
+        try:
+            vector = await self._embed(text, dims)
+        except EmbedUnavailable:
+            self.breaker.record_failure()
+            raise
+        self.breaker.record_success()
+        self._cache[key] = vector
+        return vector
+
+    async def _embed(self, text: str, dims: int | None) -> list[float]:
+        try:
+            resp = await self._client.post(f"{self.url}/embed", json={"inputs": [text], "truncate": True, "normalize": True})
+        except httpx.TimeoutException as exc:
+            raise EmbedUnavailable("embed_timeout", f"no answer from {self.url}/embed within {self.timeout_s * 1000:.0f} ms") from exc
+        except httpx.HTTPError as exc:
+            raise EmbedUnavailable("embed_unreachable", f"{self.url}/embed: {type(exc).__name__}: {exc}") from exc
+        if resp.status_code != 200:
+            reason: EmbedReason = "embed_overloaded" if resp.status_code == 429 else "embed_error"
+            raise EmbedUnavailable(reason, f"{self.url}/embed answered HTTP {resp.status_code}: {resp.text[:200]}")
+        try:
+            vectors = _RESPONSE.validate_json(resp.content)
+        except ValidationError as exc:
+            raise EmbedUnavailable("embed_bad_response", f"{self.url}/embed: not a list of vectors: {exc.errors()[0]['msg']}") from exc
+        if len(vectors) != 1 or not vectors[0] or not all(math.isfinite(x) for x in vectors[0]):
+            raise EmbedUnavailable("embed_bad_response", f"{self.url}/embed: expected one finite vector, got {len(vectors)} vector(s)")
+        if dims is not None and len(vectors[0]) != dims:
+            raise EmbedUnavailable(
+                "embed_bad_response",
+                f"{self.url}/embed answered a {len(vectors[0])}-d vector; the index's vectors are {dims}-d (serve the model it was indexed with)",
+            )
+        return vectors[0]
+
+
+__all__ = ["CACHE_SIZE", "EMBED_REASONS", "EmbedClient", "EmbedReason", "EmbedUnavailable"]
