@@ -1,0 +1,321 @@
+/*
+ * jingpai: jingpai_rerank, the gateway's rerank and fusion inside OpenSearch. It is listed twice in a pipeline, with
+ * the same settings: as a request processor it plans the window (the engine is asked for its top `window` hits from
+ * 0, as the gateway does: jingpai/plugin/gateway/plan.py), as a response processor it reranks the window, fuses and
+ * cuts the client's page (finish.py). Every reranker failure fails open: the engine's order of the same page, with
+ * the reason in the response's ext.jingpai.
+ */
+package io.jingpai.opensearch;
+
+import java.net.URI;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CompletionException;
+
+import org.opensearch.action.search.SearchRequest;
+import org.opensearch.action.search.SearchResponse;
+import org.opensearch.action.search.SearchResponseSections;
+import org.opensearch.core.action.ActionListener;
+import org.opensearch.ingest.ConfigurationUtils;
+import org.opensearch.search.SearchExtBuilder;
+import org.opensearch.search.SearchHit;
+import org.opensearch.search.SearchHits;
+import org.opensearch.search.builder.SearchSourceBuilder;
+import org.opensearch.search.pipeline.AbstractProcessor;
+import org.opensearch.search.pipeline.PipelineProcessingContext;
+import org.opensearch.search.pipeline.Processor;
+import org.opensearch.search.pipeline.SearchRequestProcessor;
+import org.opensearch.search.pipeline.SearchResponseProcessor;
+import org.opensearch.search.profile.SearchProfileShardResults;
+import org.opensearch.search.sort.ScoreSortBuilder;
+import org.opensearch.search.sort.SortBuilder;
+import org.opensearch.search.sort.SortOrder;
+
+/** The settings both halves share, read from the pipeline config. */
+public final class RerankProcessor {
+    public static final String TYPE = "jingpai_rerank";
+    static final String ATTR_PLAN = "jingpai.rerank_plan";
+
+    private RerankProcessor() {}
+
+    /** The window decided for one search (reason != null: not reranked). */
+    public record Plan(String reason, int from, int size, int window, String queryText, Map<String, Object> augment) {}
+
+    /** The settings of one jingpai_rerank (defaults: the gateway's). */
+    public record Settings(String url, int window, int maxWindow, List<String> fields, int docChars, int timeoutMs, Fusion fusion) {
+        static Settings read(String tag, Map<String, Object> config, List<String> allowedHosts) {
+            String url = ConfigurationUtils.readStringProperty(TYPE, tag, config, "reranker_url");
+            String host = URI.create(url).getHost();
+            if (!allowedHosts.contains("*") && (host == null || !allowedHosts.contains(host))) {
+                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "reranker_url",
+                    "host " + host + " is not in the node setting jingpai.reranker.allowed_hosts " + allowedHosts);
+            }
+            int window = KeywordsProcessor.number(config.remove("window"), 20).intValue();
+            int maxWindow = KeywordsProcessor.number(config.remove("max_window"), 500).intValue();
+            if (window < 1 || window > maxWindow) {
+                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "window", "must be in [1, max_window]");
+            }
+            List<String> fields = KeywordsProcessor.strings(config.remove("fields"));
+            if (fields.isEmpty()) {
+                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "fields", "the document fields sent to the reranker are required");
+            }
+            int docChars = KeywordsProcessor.number(config.remove("doc_chars"), 512).intValue();
+            int timeoutMs = KeywordsProcessor.number(config.remove("timeout_ms"), 3000).intValue();
+            String mode = ConfigurationUtils.readStringProperty(TYPE, tag, config, "fusion", "linear");
+            double weight = KeywordsProcessor.number(config.remove("fusion_weight"), 0.5).doubleValue();
+            int rrfK = KeywordsProcessor.number(config.remove("rrf_k"), 60).intValue();
+            try {
+                return new Settings(url, window, maxWindow, fields, docChars, timeoutMs, new Fusion(mode, weight, rrfK));
+            } catch (IllegalArgumentException e) {
+                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "fusion", e.getMessage());
+            }
+        }
+    }
+
+    /** Why a search is not reranked because of its shape (shape_reason), or null. */
+    static String shapeReason(SearchRequest request, Settings settings) {
+        SearchSourceBuilder src = request.source();
+        if (request.scroll() != null) {
+            return "scroll";
+        }
+        if (src == null) {
+            return "no_full_text_query";
+        }
+        if (src.pointInTimeBuilder() != null) {
+            return "pit";
+        }
+        if (src.searchAfter() != null && src.searchAfter().length > 0) {
+            return "search_after";
+        }
+        if (src.sorts() != null) {
+            for (SortBuilder<?> sort : src.sorts()) {
+                if (!(sort instanceof ScoreSortBuilder) || sort.order() != SortOrder.DESC) {
+                    return "sort";
+                }
+            }
+        }
+        int size = src.size() < 0 ? 10 : src.size();
+        int from = src.from() < 0 ? 0 : src.from();
+        if (size == 0) {
+            return src.aggregations() != null ? "aggregations_only" : "size_0";
+        }
+        if (from + size > settings.maxWindow()) {
+            return "window_exceeded";
+        }
+        return null;
+    }
+
+    /** The request half: asks the engine for the window from 0. */
+    public static final class Request extends AbstractProcessor implements SearchRequestProcessor {
+        private final Settings settings;
+
+        Request(String tag, String description, boolean ignoreFailure, Settings settings) {
+            super(tag, description, ignoreFailure);
+            this.settings = settings;
+        }
+
+        @Override
+        public String getType() {
+            return TYPE;
+        }
+
+        @Override
+        public SearchRequest processRequest(SearchRequest request) {
+            return processRequest(request, new PipelineProcessingContext());
+        }
+
+        @Override
+        public SearchRequest processRequest(SearchRequest request, PipelineProcessingContext context) {
+            SearchSourceBuilder src = request.source();
+            QueryRewriter.Result rewrite = (QueryRewriter.Result) context.getAttribute(KeywordsProcessor.ATTR_REWRITE);
+            Map<String, Object> augment = new LinkedHashMap<>();
+            augment.put("augmented", rewrite != null && rewrite.augmented > 0);
+            augment.put("keywords", rewrite == null ? List.of() : rewrite.keywords.stream().map(Map.Entry::getKey).toList());
+            int from = src == null || src.from() < 0 ? 0 : src.from();
+            int size = src == null || src.size() < 0 ? 10 : src.size();
+            String reason = shapeReason(request, settings);
+            String queryText = rewrite != null ? rewrite.queryText() : "";
+            if (reason == null && queryText.isEmpty()) {
+                reason = "no_full_text_query";
+            }
+            if (reason == null && from >= settings.window()) {
+                reason = "beyond_window"; // the engine answers this page as asked
+            }
+            if (reason == null) {
+                src.from(0);
+                src.size(Math.max(settings.window(), from + size));
+            }
+            context.setAttribute(ATTR_PLAN, new Plan(reason, from, size, settings.window(), queryText, augment));
+            return request;
+        }
+    }
+
+    /** The response half: reranks the window, fuses, cuts the page, adds ext.jingpai. */
+    public static final class Response extends AbstractProcessor implements SearchResponseProcessor {
+        private final Settings settings;
+        private final RerankClient client;
+
+        Response(String tag, String description, boolean ignoreFailure, Settings settings, RerankClient client) {
+            super(tag, description, ignoreFailure);
+            this.settings = settings;
+            this.client = client;
+        }
+
+        @Override
+        public String getType() {
+            return TYPE;
+        }
+
+        @Override
+        public SearchResponse processResponse(SearchRequest request, SearchResponse response) {
+            throw new UnsupportedOperationException("jingpai_rerank runs asynchronously");
+        }
+
+        @Override
+        public SearchResponse processResponse(SearchRequest request, SearchResponse response, PipelineProcessingContext context) {
+            throw new UnsupportedOperationException("jingpai_rerank runs asynchronously");
+        }
+
+        @Override
+        public void processResponseAsync(SearchRequest request, SearchResponse response, PipelineProcessingContext context,
+                                         ActionListener<SearchResponse> listener) {
+            try {
+                Plan plan = (Plan) context.getAttribute(ATTR_PLAN);
+                if (plan == null) {
+                    listener.onResponse(withExt(response, response.getHits(), info(null, "not_planned", Map.of())));
+                    return;
+                }
+                if (plan.reason() != null) {
+                    listener.onResponse(withExt(response, response.getHits(), info(plan, plan.reason(), Map.of())));
+                    return;
+                }
+                SearchHit[] hits = response.getHits().getHits();
+                if (hits.length == 0) {
+                    listener.onResponse(withExt(response, response.getHits(), info(plan, "no_hits", Map.of())));
+                    return;
+                }
+                int w = Math.min(plan.window(), hits.length);
+                List<String> texts = new ArrayList<>();
+                for (int i = 0; i < w; i++) {
+                    texts.add(Window.docText(hits[i].getSourceAsMap(), settings.fields(), settings.docChars()));
+                }
+                if (texts.stream().allMatch(String::isEmpty)) {
+                    listener.onResponse(withExt(response, enginePage(response, plan), info(plan, "no_document_text", Map.of())));
+                    return;
+                }
+                long started = System.nanoTime();
+                client.rerank(plan.queryText(), texts).whenComplete((scores, exc) -> {
+                    double took = Math.round((System.nanoTime() - started) / 1e4) / 100.0;
+                    try {
+                        if (exc != null) {
+                            Throwable cause = exc instanceof CompletionException && exc.getCause() != null ? exc.getCause() : exc;
+                            String reason = cause instanceof RerankClient.Unavailable u ? u.reason : "reranker_error";
+                            listener.onResponse(withExt(response, enginePage(response, plan), info(plan, reason, Map.of("took_rerank_ms", took))));
+                            return;
+                        }
+                        listener.onResponse(reranked(response, plan, scores, took));
+                    } catch (Exception e) {
+                        listener.onFailure(e);
+                    }
+                });
+            } catch (Exception e) {
+                listener.onFailure(e);
+            }
+        }
+
+        private SearchResponse reranked(SearchResponse response, Plan plan, double[] scores, double took) {
+            SearchHit[] hits = response.getHits().getHits();
+            Double[] engine = new Double[hits.length];
+            for (int i = 0; i < hits.length; i++) {
+                // the score as the engine writes it in JSON, read back as a double: what the gateway fuses
+                engine[i] = Float.isNaN(hits[i].getScore()) ? null : Double.parseDouble(Float.toString(hits[i].getScore()));
+            }
+            double[] fused = new double[Math.min(plan.window(), hits.length)];
+            List<Window.Placed> page = Window.page(engine, scores, plan.window(), plan.from(), plan.size(), settings.fusion(), fused);
+            SearchHit[] out = new SearchHit[page.size()];
+            for (int i = 0; i < out.length; i++) {
+                Window.Placed placed = page.get(i);
+                out[i] = hits[placed.input()];
+                if (placed.reranked()) {
+                    out[i].score((float) placed.score());
+                }
+            }
+            double max = Arrays.stream(fused).max().orElse(Double.NaN);
+            SearchHits old = response.getHits();
+            SearchHits newHits = new SearchHits(out, old.getTotalHits(), (float) max, old.getSortFields(), old.getCollapseField(),
+                old.getCollapseValues());
+            Map<String, Object> extra = new LinkedHashMap<>();
+            extra.put("reranked", true);
+            extra.put("model", client.modelId());
+            extra.put("took_rerank_ms", took);
+            extra.put("fusion", settings.fusion().describe());
+            return withExt(response, newHits, info(plan, null, extra));
+        }
+
+        /** The engine's order of the client's page (fail-open, and searches not reranked past planning). */
+        private static SearchHits enginePage(SearchResponse response, Plan plan) {
+            SearchHits old = response.getHits();
+            List<SearchHit> page = Window.slice(Arrays.asList(old.getHits()), plan.from(), plan.size());
+            return new SearchHits(page.toArray(new SearchHit[0]), old.getTotalHits(), old.getMaxScore(), old.getSortFields(),
+                old.getCollapseField(), old.getCollapseValues());
+        }
+
+        private Map<String, Object> info(Plan plan, String reason, Map<String, Object> extra) {
+            Map<String, Object> info = new LinkedHashMap<>();
+            info.put("mode", "rerank");
+            info.put("reranked", false);
+            info.put("reason", reason);
+            if (plan != null) {
+                info.putAll(plan.augment());
+                info.put("window", plan.window());
+            }
+            info.putAll(extra);
+            return info;
+        }
+
+        static SearchResponse withExt(SearchResponse response, SearchHits hits, Map<String, Object> info) {
+            SearchResponseSections old = response.getInternalResponse();
+            List<SearchExtBuilder> exts = new ArrayList<>(old.getSearchExtBuilders());
+            exts.removeIf(e -> e instanceof JingpaiExt);
+            exts.add(new JingpaiExt(info));
+            SearchResponseSections sections = new SearchResponseSections(hits, old.aggregations(), old.suggest(), old.timedOut(),
+                old.terminatedEarly(), new SearchProfileShardResults(response.getProfileResults()), old.getNumReducePhases(), exts,
+                old.getProcessorResult());
+            return new SearchResponse(sections, response.getScrollId(), response.getTotalShards(), response.getSuccessfulShards(),
+                response.getSkippedShards(), response.getTook().millis(), response.getShardFailures(), response.getClusters(),
+                response.pointInTimeId());
+        }
+    }
+
+    public static final class RequestFactory implements Processor.Factory<SearchRequestProcessor> {
+        private final List<String> allowedHosts;
+
+        public RequestFactory(List<String> allowedHosts) {
+            this.allowedHosts = allowedHosts;
+        }
+
+        @Override
+        public Request create(Map<String, Processor.Factory<SearchRequestProcessor>> factories, String tag, String description,
+                              boolean ignoreFailure, Map<String, Object> config, Processor.PipelineContext pipelineContext) {
+            return new Request(tag, description, ignoreFailure, Settings.read(tag, config, allowedHosts));
+        }
+    }
+
+    public static final class ResponseFactory implements Processor.Factory<SearchResponseProcessor> {
+        private final List<String> allowedHosts;
+
+        public ResponseFactory(List<String> allowedHosts) {
+            this.allowedHosts = allowedHosts;
+        }
+
+        @Override
+        public Response create(Map<String, Processor.Factory<SearchResponseProcessor>> factories, String tag, String description,
+                               boolean ignoreFailure, Map<String, Object> config, Processor.PipelineContext pipelineContext) {
+            Settings settings = Settings.read(tag, config, allowedHosts);
+            return new Response(tag, description, ignoreFailure, settings, new RerankClient(settings.url(), settings.timeoutMs()));
+        }
+    }
+}

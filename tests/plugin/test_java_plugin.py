@@ -1,0 +1,55 @@
+"""The OpenSearch plugin (java/opensearch-plugin): Maven builds the zip and runs its JUnit tests, which replay the
+shared vectors of tests/vectors against the Java fusion, paging and augmentation (see test_shared_vectors.py).
+
+The build runs offline first (dependencies cached under ~/.m2) and online when something is missing; the first
+online build downloads the OpenSearch 2.19.6 jars and the Maven plugins from Maven Central (about a minute).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[2] / "java" / "opensearch-plugin"
+ZIP = PROJECT / "target" / "jingpai-opensearch-2.19.6.zip"
+
+
+def _maven(offline: bool) -> subprocess.CompletedProcess:
+    command = ["mvn", "-q", "-B", *(["-o"] if offline else []), "-f", str(PROJECT / "pom.xml"), "clean", "package"]
+    return subprocess.run(command, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="module")
+def build() -> subprocess.CompletedProcess:
+    missing = [tool for tool in ("mvn", "java") if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed: the OpenSearch plugin needs Java 17 and Maven (scripts/bootstrap installs them)")
+    result = _maven(offline=True)
+    if result.returncode != 0 and "offline mode" in (result.stdout + result.stderr):
+        result = _maven(offline=False)
+    return result
+
+
+def test_the_plugin_builds_into_an_installable_zip(build: subprocess.CompletedProcess) -> None:
+    assert build.returncode == 0, f"mvn package failed:\n{(build.stdout + build.stderr)[-6000:]}"
+    import zipfile
+
+    with zipfile.ZipFile(ZIP) as archive:
+        names = set(archive.namelist())
+        descriptor = archive.read("plugin-descriptor.properties").decode()
+    assert {"jingpai-opensearch-2.19.6.jar", "plugin-descriptor.properties", "plugin-security.policy"} <= names
+    assert "opensearch.version=2.19.6" in descriptor and "classname=io.jingpai.opensearch.JingpaiPlugin" in descriptor
+
+
+def test_the_java_tests_replay_the_shared_vectors(build: subprocess.CompletedProcess) -> None:
+    assert build.returncode == 0, f"mvn package failed:\n{(build.stdout + build.stderr)[-6000:]}"
+    reports = sorted((PROJECT / "target" / "surefire-reports").glob("TEST-*.xml"))
+    suites = {ET.parse(r).getroot().get("name"): ET.parse(r).getroot() for r in reports}
+    assert {"io.jingpai.opensearch.FusionTest", "io.jingpai.opensearch.AugmentTest"} <= set(suites)
+    for name, suite in suites.items():
+        assert int(suite.get("tests", "0")) > 0, name
+        assert suite.get("failures") == "0" and suite.get("errors") == "0" and suite.get("skipped") == "0", name
