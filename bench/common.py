@@ -39,12 +39,13 @@ def machine() -> str:
 
 
 @contextlib.contextmanager
-def local_engine(kind: harness.EngineKind, url: str | None = None) -> Iterator[str]:
-    """Yield an engine URL: ``url`` if given, else a fresh local node that is stopped afterwards."""
+def local_engine(kind: harness.EngineKind, url: str | None = None, *, plugins: tuple[str, ...] = ()) -> Iterator[str]:
+    """Yield an engine URL: ``url`` if given, else a fresh local node (with ``plugins``, e.g. OpenSearch's
+    ``knn``) that is stopped afterwards."""
     if url:
         yield url
         return
-    settings = harness.EngineSettings(kind=kind, port=harness.free_port())
+    settings = harness.EngineSettings(kind=kind, port=harness.free_port(), plugins=plugins)
     node = harness.start(settings)
     try:
         yield node.url

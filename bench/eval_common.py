@@ -27,7 +27,7 @@ logger = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("JINGPAI_DATA_DIR", REPO.parent / "shared" / "data"))
-SECTIONS: tuple[str, ...] = ("retrieval", "microblog", "qa", "negatives", "speed")
+SECTIONS: tuple[str, ...] = ("retrieval", "hybrid", "microblog", "qa", "negatives", "speed")
 Mode = Literal["quick", "full"]
 FirstStage = Literal["ql", "bm25", "both"]
 FIRST_STAGES: tuple[str, ...] = ("ql", "bm25", "both")
@@ -459,14 +459,17 @@ def rerank_service(model: Any, *, name: str) -> Iterator[str]:
 
 
 @contextmanager
-def gateway(engine_url: str, *, reranker_url: str | None, dict_dirs: tuple[Path, ...], window: int) -> Iterator[str]:
-    """The real ``_search`` gateway (``jingpai gateway``) in front of ``engine_url``."""
+def gateway(engine_url: str, *, reranker_url: str | None, dict_dirs: tuple[Path, ...], window: int,
+            embed_url: str | None = None, **hybrid: Any) -> Iterator[str]:
+    """The real ``_search`` gateway (``jingpai gateway``) in front of ``engine_url``; ``embed_url`` (a ``jingpai
+    serve`` with a bi-encoder) and ``hybrid`` (``hybrid_fusion=…``, ``hybrid_weight=…``) for hybrid search on
+    indices with vectors."""
     from jingpai.plugin.gateway import create_app
     from jingpai.plugin.settings import GatewaySettings
 
     settings = GatewaySettings(
         engine_url=engine_url, reranker_url=reranker_url, window=window, max_window=max(500, window),
-        dict_dirs=dict_dirs, timeout_ms=120_000, meta_ttl_s=3600.0,
+        dict_dirs=dict_dirs, timeout_ms=120_000, meta_ttl_s=3600.0, embed_url=embed_url, embed_timeout_ms=60_000, **hybrid,
     )
     with serving(create_app(settings)) as url:
         yield url

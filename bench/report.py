@@ -32,6 +32,7 @@ logger = logging.getLogger(__name__)
 
 SECTION_MODULES = {
     "retrieval": "bench.eval_retrieval",
+    "hybrid": "bench.eval_hybrid",
     "microblog": "bench.eval_microblog",
     "qa": "bench.eval_qa",
     "negatives": "bench.eval_negatives",
@@ -39,6 +40,7 @@ SECTION_MODULES = {
 }
 SECTION_TITLES = {
     "retrieval": "1. Keyword-enhanced retrieval (keyword-attentive BERT paper, Table 3)",
+    "hybrid": "1c. Hybrid first stage: BM25 + kNN before the rerank (issue 32)",
     "microblog": "2. Reranking a first-stage run: TREC Microblog (HCAN paper, Table 3)",
     "qa": "3. Answer selection (HCAN Table 2 / BERTCA Table 2)",
     "negatives": "4. Negative sampling (keyword-attentive BERT paper, Table 6)",
@@ -295,7 +297,7 @@ def report(quick, sections, only, opensearch, elasticsearch, start_engines, devi
     failures: list[str] = []
     if not render_only:
         # the microblog section reranks the provided QL run without an engine
-        engine_sections = ("retrieval", "negatives", "speed") + (("microblog",) if microblog_first_stage != "ql" else ())
+        engine_sections = ("retrieval", "hybrid", "negatives", "speed") + (("microblog",) if microblog_first_stage != "ql" else ())
         needs_engine = any(s in chosen for s in engine_sections)
         from contextlib import ExitStack
 
@@ -306,7 +308,9 @@ def report(quick, sections, only, opensearch, elasticsearch, start_engines, devi
                 for kind in ("opensearch", "elasticsearch"):
                     if kind not in engines:
                         click.echo(f"starting a local {kind} node …", err=True)
-                        engines[kind] = stack.enter_context(local_engine(kind))  # type: ignore[arg-type]
+                        # document vectors (the hybrid section) need OpenSearch's k-NN plugin; BM25 is the same with it
+                        plugins = ("knn",) if kind == "opensearch" and "hybrid" in chosen else ()
+                        engines[kind] = stack.enter_context(local_engine(kind, plugins=plugins))  # type: ignore[arg-type]
             for section in chosen:
                 started = time.perf_counter()
                 click.echo(f"[report] section {section} ({mode}) …", err=True)

@@ -103,3 +103,14 @@ def test_pair_classification_rows_have_their_own_rerun_commands() -> None:
     assert settings.wants("retrieval.models.zh-use-bi.bq") and not settings.wants("retrieval.models.zh-use-bi.lcqmc")
     assert settings.command("retrieval", "retrieval.models.zh-use-bi.bq").endswith("--only retrieval.models.zh-use-bi.bq")
     assert "BERT-base" in eval_retrieval.PUBLISHED_ACCURACY and "not confirmed here" in eval_retrieval.PUBLISHED_ACCURACY
+
+
+def test_first_stage_recall_counts_the_pair_target_and_every_paraphrase() -> None:
+    from bench.eval_hybrid import DEPTH, recall
+    from bench.eval_retrieval import RetrievalSet
+
+    rset = RetrievalSet(corpus=None, ids={}, pairs=[("a", "b"), ("a", "c"), ("d", "e")],  # type: ignore[arg-type]
+                        relevant={"a": {"b": 1, "c": 1}, "d": {"e": 1, "f": 1}}, ceiling=(1.0, 1.0))
+    filler = [f"x{i}" for i in range(DEPTH)]
+    runs = {"a": ["b", *filler], "d": [*filler, "e"]}  # c missed; e just below the first stage's depth
+    assert recall(runs, rset) == {f"hit@{DEPTH}": 1 / 3, f"R@{DEPTH} (all)": (1 / 2 + 0) / 2}
