@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU leg of the report (issue 34), as run on a lent GPU machine (no network there; see docs/RESULTS.md §5):
 #
-#   bash bench/gpu_run.sh train   # the full-size Chinese window recipes (zh-gpu-bi, then zh-gpu-kw from it)
+#   bash bench/gpu_run.sh train   # the full-size Chinese recipes: GPU_RUN_RECIPES (default zh-gpu-bi zh-gpu-kw), in order
 #   bash bench/gpu_run.sh speed   # rerank_throughput (BERT-base shape, length 256, over HTTP) + USE encode/rerank
 #   bash bench/gpu_run.sh rerank  # rerank_throughput alone
 #
@@ -18,7 +18,9 @@ stage=${1:?usage: gpu_run.sh train|speed}
 OUT=${OUT:-out/gpu}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-export JINGPAI_DATA_DIR=$PWD/.gpu/data
+# the data files travel gzipped (the carry limit): unzipped into a copy
+rm -rf /tmp/gpu-data && cp -r .gpu/data /tmp/gpu-data && find /tmp/gpu-data -name '*.gz' -exec gunzip {} +
+export JINGPAI_DATA_DIR=/tmp/gpu-data
 if [ -z "${GPU_RUN_NO_WHEELS:-}" ]; then  # GPU_RUN_NO_WHEELS=1: a python3 that has everything (a local dry run)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 fi
@@ -33,11 +35,20 @@ train)
     cp -r .gpu/work/dict-zh .gpu/work/dict-zh-bq $work/
     for f in .gpu/work/windows/*.tsv.gz; do gunzip -c "$f" > "$work/windows/$(basename "$f" .gz)"; done
     start=$(date +%s)
-    python3 -m bench train zh-gpu-bi zh-gpu-kw --device "${GPU_RUN_DEVICE:-cuda}" --models-dir /tmp/models --work-dir $work 2>&1 \
-        | grep --line-buffered -v " POST \| GET " | tee "$OUT/train.log"
+    # one recipe at a time, each model packed as soon as it is saved: a run cut off at the call's limit still
+    # brings back what finished (a recipe's start_from is trained first if it is not listed before it)
+    flags=() keys=()
+    for word in ${GPU_RUN_RECIPES:-zh-gpu-bi zh-gpu-kw}; do [[ $word == -* ]] && flags+=("$word") || keys+=("$word"); done
+    for key in "${keys[@]}"; do
+        python3 -m bench train "$key" "${flags[@]}" --device "${GPU_RUN_DEVICE:-cuda}" --models-dir /tmp/models --work-dir $work 2>&1 \
+            | grep --line-buffered -v " POST \| GET " | tee -a "$OUT/train.log"
+        for m in /tmp/models/"$key"*/; do
+            [ -f "$m/train_log.jsonl" ] || continue
+            cp "$m/train_log.jsonl" "$OUT/$(basename "$m").train_log.jsonl"
+            tar -C /tmp/models -cf - "$(basename "$m")" | split -b 15M -d - "$OUT/$(basename "$m").tar.part-"
+        done
+    done
     echo "train stage: $(( $(date +%s) - start )) s" | tee -a "$OUT/train.log"
-    for m in /tmp/models/*/; do [ -f "$m/train_log.jsonl" ] && cp "$m/train_log.jsonl" "$OUT/$(basename "$m").train_log.jsonl"; done
-    tar -C /tmp/models -cf - . | split -b 15M -d - "$OUT/models.tar.part-"
     ;;
 speed|rerank)
     timeout 330 python3 bench/rerank_throughput.py --device cuda --size base --checkpoint .gpu/minilm --lengths 256 \

@@ -3,7 +3,10 @@ that may shorten it.
 
 A recipe has to finish in its time on whatever machine runs it (the 2-core CPU, a lent GPU). Cutting a run off
 at the budget would stop it at a high learning rate, mid-schedule; instead :class:`TimeBudget` times a few warm
-steps, works out how many steps fit, and :class:`LinearSchedule` shrinks to end there, still decaying to 0.
+steps, works out how many steps fit, and :class:`LinearSchedule` shrinks to end there, still decaying to 0. The
+first steps are often slower than the rest (cold caches: a model's per-text features, CUDA kernels), so the
+estimate is made again every tenth of the steps left (at least 10) from the steps since the last one, and the run grows back
+(never past its plan) or shrinks further to what the measured speed fits.
 
     >>> schedule = LinearSchedule(1000, warmup_ratio=0.1)
     >>> schedule(100), schedule(550), schedule(1000)
@@ -15,6 +18,10 @@ steps, works out how many steps fit, and :class:`LinearSchedule` shrinks to end 
     >>> budget = TimeBudget(10.0, total_steps=1000, clock=lambda: float(next(ticks)))
     >>> [budget.check(step) for step in range(1, 51)][-1]   # step 50: 100 s gone, 440 s of 0.9 × 600 s left
     270
+    >>> ticks = iter([*range(0, 100, 2), *range(100, 10_000)])   # 2 s per step for 50 steps, then 1 s
+    >>> budget = TimeBudget(10.0, total_steps=1000, clock=lambda: float(next(ticks)))
+    >>> [d for d in (budget.check(step) for step in range(1, 200)) if d is not None]   # at 1 s/step since, it grows back
+    [270, 490]
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ if TYPE_CHECKING:
 
 #: share of a time budget kept for the evaluations and the final save
 RESERVE = 0.1
+#: a new estimate changes the step count only when it differs by more than this share
+REFIT_TOLERANCE = 0.02
 
 
 def param_groups(model: Reranker, weight_decay: float, lr: float) -> list[dict[str, Any]]:
@@ -78,8 +87,10 @@ class TimeBudget:
 
     Call :meth:`check` after every optimizer step. At the calibration step (the 50th, or a 20th of a short run)
     it returns how many steps fit, timed from the warm steps only (the first fifth is left out: CUDA kernels
-    and allocator caches make the first steps slow) with :data:`RESERVE` kept for evaluations; once the budget
-    is spent it returns ``"stop"``; else ``None``. Evaluation time (:meth:`add_eval`) is not step time.
+    and allocator caches make the first steps slow) with :data:`RESERVE` kept for evaluations. Every tenth of
+    the steps left after that (at least 10) it measures the steps since its last estimate and returns a new step count when
+    that differs by more than :data:`REFIT_TOLERANCE` (never more than the plan). Once the budget is spent it
+    returns ``"stop"``; else ``None``. Evaluation time (:meth:`add_eval`) is not step time.
 
     Args:
         minutes: the budget.
@@ -88,13 +99,14 @@ class TimeBudget:
     """
 
     def __init__(self, minutes: float, *, total_steps: int, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.seconds, self.total_steps, self.clock = minutes * 60, total_steps, clock
+        self.seconds, self.planned, self.total_steps, self.clock = minutes * 60, total_steps, total_steps, clock
         self.calibrate_at = max(2, min(50, total_steps // 20))
         self.warm_at = max(1, self.calibrate_at // 5)
         self.started = clock()
         self.eval_seconds = 0.0
         self.per_step: float | None = None
-        self._warm: tuple[float, float] | None = None  # (clock, evaluation seconds) at the warm step
+        self._mark: tuple[int, float, float] | None = None  # (step, clock, evaluation seconds) the next estimate times from
+        self._next_fit = self.calibrate_at
 
     def add_eval(self, seconds: float) -> None:
         self.eval_seconds += seconds
@@ -104,16 +116,19 @@ class TimeBudget:
         if now - self.started >= self.seconds:
             return "stop"
         if step == self.warm_at:
-            self._warm = (now, self.eval_seconds)
-        elif step == self.calibrate_at and self._warm is not None:
-            warm_clock, warm_evals = self._warm
-            self.per_step = max(1e-9, (now - warm_clock - (self.eval_seconds - warm_evals)) / (step - self.warm_at))
+            self._mark = (step, now, self.eval_seconds)
+        elif step >= self._next_fit and self._mark is not None:
+            mark_step, mark_clock, mark_evals = self._mark
+            self.per_step = max(1e-9, (now - mark_clock - (self.eval_seconds - mark_evals)) / (step - mark_step))
             fits = step + int((self.seconds * (1 - RESERVE) - (now - self.started)) / self.per_step)
-            fits = max(step + 1, fits)
-            if fits < self.total_steps:
+            fits = min(self.planned, max(step + 1, fits))
+            self._mark = (step, now, self.eval_seconds)
+            self._next_fit = step + max(self.warm_at, 10, (fits - step) // 10)
+            first = self.total_steps == self.planned
+            if fits != self.total_steps and (first or abs(fits - self.total_steps) > REFIT_TOLERANCE * self.total_steps):
                 self.total_steps = fits
                 return fits
         return None
 
 
-__all__ = ["RESERVE", "LinearSchedule", "TimeBudget", "adamw", "param_groups"]
+__all__ = ["REFIT_TOLERANCE", "RESERVE", "LinearSchedule", "TimeBudget", "adamw", "param_groups"]

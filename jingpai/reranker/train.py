@@ -254,7 +254,7 @@ class _TrainRun:
             self.emit({"event": "time_budget", "step": self.step, "total_steps": self.total_steps, "stopped": True})
             self.out_of_time = True  # unlike an early stop, the run still ends with an evaluation
         elif decision is not None and self.budget is not None:
-            logger.info("time budget %.1f min at %.3f s/step: %d steps instead of %d (the schedule shrinks with them)",
+            logger.info("time budget %.1f min at %.3f s/step: %d steps instead of %d (the schedule follows)",
                         self.settings.max_minutes, self.budget.per_step, decision, self.total_steps)
             self.emit({"event": "time_budget", "step": self.step, "seconds_per_step": round(self.budget.per_step or 0.0, 4),
                        "total_steps": decision, "planned_steps": self.total_steps})

@@ -137,6 +137,34 @@ def test_time_budget_shrinks_the_run_and_its_schedule(tiny_bert_dir: Path, balan
     assert lrs[-1] == 0.0 and max(lrs) == pytest.approx(1e-3, rel=0.05)
 
 
+class SlowStartClock(FakeClock):
+    """3 s per clock read for the first ``slow_reads`` reads (cold caches), then 1 s."""
+
+    def __init__(self, slow_reads: int) -> None:
+        super().__init__()
+        self.reads, self.slow_reads = 0, slow_reads
+
+    def __call__(self) -> float:
+        self.reads += 1
+        if self.reads <= self.slow_reads:
+            self.now += 2.0
+        return super().__call__()
+
+
+def test_time_budget_grows_back_when_the_first_steps_were_slow(tiny_bert_dir: Path, balanced_afqmc: list[LabeledPair],
+                                                               tmp_path: Path) -> None:
+    # the steps up to the calibration (50) take 3 s, the rest 1 s: the first fit (~3 s/step) is too short, and the
+    # next estimate, timed from the steps since, grows the run back to what the budget really fits
+    settings = TrainSettings(epochs=10, batch_size=2, lr=1e-3, max_minutes=5.0, log_every=1, progress=False)
+    result = train(cross(tiny_bert_dir), balanced_afqmc, None, settings, out_dir=tmp_path / "grow", clock=SlowStartClock(52))
+    fitted = [r for r in read_log(tmp_path / "grow") if r["event"] == "time_budget"]
+    assert fitted[0]["step"] == 50 and fitted[0]["total_steps"] < 100
+    assert len(fitted) >= 2 and fitted[1]["total_steps"] > 1.5 * fitted[0]["total_steps"]
+    assert result.steps == fitted[-1]["total_steps"] <= 1000
+    # the whole run (1 s per step after the slow start) still ends inside the budget
+    assert 52 * 3 + (result.steps - 52) <= 5 * 60
+
+
 def test_time_budget_stops_at_the_budget_and_still_evaluates(tiny_bert_dir: Path, balanced_afqmc: list[LabeledPair], tmp_path: Path) -> None:
     clock = FakeClock()
     clock.jump_at = (80.0, 1000.0)  # the machine stalls after the fitted plan was made: the budget runs out early
