@@ -21,6 +21,12 @@ Two protocols are scored from the same searches:
   (:func:`paraphrase_qrels`); P@k (all) is the share of queries with at least one relevant question in the
   top k (ir-measures ``Success@k``, via :func:`jingpai.reranker.evaluate.evaluate_rankings`), MRR (all) the
   mean reciprocal rank of the first one.
+
+Both protocols count a hit nobody judged as wrong, and these splits judge few of the questions a query
+retrieves: **unjudged@1** (:func:`unjudged_at_1`) is the share of queries whose first hit was never paired
+with the query in the split, match or not. P@1 (all) is a lower bound of the true P@1 and P@1 (all) +
+unjudged@1 an upper one; a ranker that moves a paraphrase nobody labelled above a labelled one loses P@1
+(all) without being worse.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +59,12 @@ DICTIONARIES: dict[str, tuple[Callable[[ReportSettings], Path], str]] = {
 CUTOFFS = (1, 3, 5, 10)
 #: the columns of the every-paraphrase protocol, after the paper's P@k
 ALL_COLUMNS = (*(f"P@{k} (all)" for k in CUTOFFS), "MRR (all)")
+#: the label coverage of a row's first hits (:func:`unjudged_at_1`), after the every-paraphrase columns
+UNJUDGED_COLUMN = "unjudged@1"
 #: the Chinese rerankers of the full report: the USE-multilingual v3 models (pretrained backbone, fine-tuned on the
 #: training mix) and zh-hcan (from scratch, random word vectors), each reranking the top WINDOW through the gateway
-FULL_RERANKERS = ("zh-use-zeroshot", "zh-use-bi", "zh-use-kw", "zh-hcan", "zh-use-rank", "zh-use-winbi", "zh-use-winkw", "zh-gpu-bi", "zh-gpu-kw")
+FULL_RERANKERS = ("zh-use-zeroshot", "zh-use-bi", "zh-use-kw", "zh-hcan", "zh-use-rank", "zh-use-winbi", "zh-use-winkw", "zh-gpu-bi", "zh-gpu-kw",
+                  "zh-gpu-pkw", "zh-gpu-pwkw")
 QUICK_RERANKERS = ("zh-use-bi",)
 WINDOW = 20
 #: engine weights tried for linear fusion on the tuning set (1.0 — the model weighs nothing — is not reranking)
@@ -67,7 +76,10 @@ PROTOCOLS = ("Two protocols, scored from the same searches (one per distinct q1,
              "each positive pair (q1, q2) is a query whose one relevant item is q2 (queries column). P@k (all) and MRR (all): one "
              "query per distinct q1, every question paired with q1 with label 1 anywhere in the split (either column) relevant; "
              "P@k (all) is the share of queries with at least one of them in the top k (ir-measures Success@k), MRR (all) the "
-             "reciprocal rank of the first one in the top 10 served (0 when none).")
+             "reciprocal rank of the first one in the top 10 served (0 when none). unjudged@1: the share of those queries whose first "
+             "hit was never paired with q1 in the split (match or not); both protocols count it wrong, so the true P@1 lies between "
+             "P@1 (all) and P@1 (all) + unjudged@1, and a ranker that puts a paraphrase nobody labelled above a labelled one loses "
+             "P@1 (all) without being worse.")
 
 
 def paraphrase_qrels(pairs: Iterable[tuple[str, str, float]], queries: Iterable[str] | None = None) -> dict[str, dict[str, int]]:
@@ -100,6 +112,33 @@ def paraphrase_qrels(pairs: Iterable[tuple[str, str, float]], queries: Iterable[
     return {q: dict(known.get(q, {})) for q in wanted}
 
 
+def judged_texts(pairs: Iterable[tuple[str, str, float]], queries: Iterable[str]) -> dict[str, set[str]]:
+    """For each query text, every text paired with it anywhere in ``pairs`` (either column, any label).
+
+    Example:
+        >>> {q: sorted(t) for q, t in judged_texts([("a", "b", 1), ("c", "a", 0), ("b", "d", 1)], ["a", "d"]).items()}
+        {'a': ['b', 'c'], 'd': ['b']}
+    """
+    paired: dict[str, set[str]] = defaultdict(set)
+    for q1, q2, _ in pairs:
+        paired[q1].add(q2)
+        paired[q2].add(q1)
+    return {q: set(paired.get(q, ())) for q in queries}
+
+
+def unjudged_at_1(runs: dict[str, list[str]], judged: dict[str, set[str]]) -> float:
+    """Share of the queries of ``judged`` whose first hit in ``runs`` was never judged against the query
+    (a query with no hit counts as judged: there is no unknown to be right about).
+
+    Example:
+        >>> unjudged_at_1({"q1": ["x", "a"], "q2": ["b"], "q3": []}, {"q1": {"a"}, "q2": {"b"}, "q3": {"c"}})
+        0.3333333333333333
+    """
+    if not judged:
+        return float("nan")
+    return sum(1 for q, known in judged.items() if runs.get(q) and runs[q][0] not in known) / len(judged)
+
+
 def one_relevant_ceiling(pairs: Sequence[tuple[str, str, float]]) -> tuple[float, float]:
     """How far the paper's one-relevant P@1 can go on ``pairs`` (the q1 of every positive pair searched once):
     ``(P@1 of a perfect paraphrase ranker, best possible P@1)``. A perfect ranker puts every known paraphrase
@@ -130,6 +169,7 @@ class RetrievalSet:
         pairs: ``(q1 id, q2 id)`` per positive pair: the paper protocol's queries.
         relevant: q1 id → ``{paraphrase id: 1}`` for each distinct q1 of ``pairs``: the every-paraphrase protocol.
         ceiling: :func:`one_relevant_ceiling` of the pairs read.
+        judged: q1 id → ids of every question paired with it in the split, match or not (:func:`judged_texts`).
     """
 
     corpus: Path
@@ -137,6 +177,7 @@ class RetrievalSet:
     pairs: list[tuple[str, str]]
     relevant: dict[str, dict[str, int]]
     ceiling: tuple[float, float]
+    judged: dict[str, set[str]] = field(default_factory=dict)
 
     @property
     def queries(self) -> list[str]:
@@ -161,10 +202,11 @@ def build_corpus(name: str, settings: ReportSettings) -> RetrievalSet:
     # judged from every pair read (the whole split in full mode), not only the pairs used as queries
     qrels = paraphrase_qrels(triples, [text_of[q] for q, _ in queries])
     relevant = {ids[q]: {ids[d]: gain for d, gain in docs.items()} for q, docs in qrels.items()}
+    judged = {ids[q]: {ids[d] for d in docs} for q, docs in judged_texts(triples, qrels).items()}
     path = settings.work_dir / "corpora" / f"{name}_questions.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("".join(json.dumps({"id": i, "text": t}, ensure_ascii=False) + "\n" for t, i in ids.items()), encoding="utf-8")
-    return RetrievalSet(path, ids, queries, relevant, one_relevant_ceiling(triples))
+    return RetrievalSet(path, ids, queries, relevant, one_relevant_ceiling(triples), judged)
 
 
 def search_body(text: str, own_id: str, size: int) -> dict:
@@ -201,9 +243,10 @@ def all_paraphrases(runs: dict[str, list[str]], relevant: dict[str, dict[str, in
 
 def both_protocols(runs: dict[str, list[str]], rset: RetrievalSet) -> dict[str, Any]:
     """A row's metric cells from the searches of the distinct q1 (``{q1 id: ranked ids}``): the paper's P@k
-    over the positive pairs, then P@k (all) and MRR (all)."""
+    over the positive pairs, then P@k (all), MRR (all) and unjudged@1."""
     paper = {f"{q}>{t}": runs[q] for q, t in rset.pairs}
-    return {"queries": len(paper), **precision(paper, {f"{q}>{t}": t for q, t in rset.pairs}), **all_paraphrases(runs, rset.relevant)}
+    return {"queries": len(paper), **precision(paper, {f"{q}>{t}": t for q, t in rset.pairs}), **all_paraphrases(runs, rset.relevant),
+            UNJUDGED_COLUMN: unjudged_at_1(runs, rset.judged)}
 
 
 #: quoted, not measured: published TEST-split accuracies of the pair-classification sets, each with its source
@@ -439,7 +482,7 @@ def run(settings: ReportSettings) -> list[Table]:
             table = Table(
                 key=f"retrieval-{name}-{kind}", section="retrieval",
                 title=f"Question retrieval — {name.upper()} dev, {kind} ({settings.mode})",
-                columns=["method", "queries", *[f"P@{k}" for k in CUTOFFS], *ALL_COLUMNS],
+                columns=["method", "queries", *[f"P@{k}" for k in CUTOFFS], *ALL_COLUMNS, UNJUDGED_COLUMN],
                 meta=base_meta(settings, "retrieval",
                                data=settings.data_description(
                                    f"retrieval.{name}", f"{name.upper()} dev: {len(rset.ids)} distinct questions indexed, {len(rset.pairs)} "

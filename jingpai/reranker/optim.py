@@ -5,7 +5,7 @@ A recipe has to finish in its time on whatever machine runs it (the 2-core CPU, 
 at the budget would stop it at a high learning rate, mid-schedule; instead :class:`TimeBudget` times a few warm
 steps, works out how many steps fit, and :class:`LinearSchedule` shrinks to end there, still decaying to 0. The
 first steps are often slower than the rest (cold caches: a model's per-text features, CUDA kernels), so the
-estimate is made again every tenth of the steps left (at least 10) from the steps since the last one, and the run grows back
+estimate is made again every tenth of the steps left (at least 10) from all steps since the first one, and the run grows back
 (never past its plan) or shrinks further to what the measured speed fits.
 
     >>> schedule = LinearSchedule(1000, warmup_ratio=0.1)
@@ -88,7 +88,7 @@ class TimeBudget:
     Call :meth:`check` after every optimizer step. At the calibration step (the 50th, or a 20th of a short run)
     it returns how many steps fit, timed from the warm steps only (the first fifth is left out: CUDA kernels
     and allocator caches make the first steps slow) with :data:`RESERVE` kept for evaluations. Every tenth of
-    the steps left after that (at least 10) it measures the steps since its last estimate and returns a new step count when
+    the steps left after that (at least 10) it measures the steps since its first estimate and returns a new step count when
     that differs by more than :data:`REFIT_TOLERANCE` (never more than the plan). Once the budget is spent it
     returns ``"stop"``; else ``None``. Evaluation time (:meth:`add_eval`) is not step time.
 
@@ -105,6 +105,7 @@ class TimeBudget:
         self.started = clock()
         self.eval_seconds = 0.0
         self.per_step: float | None = None
+        self.per_step_first: float | None = None  # the calibration's estimate (warm steps only)
         self._mark: tuple[int, float, float] | None = None  # (step, clock, evaluation seconds) the next estimate times from
         self._next_fit = self.calibrate_at
 
@@ -122,9 +123,11 @@ class TimeBudget:
             self.per_step = max(1e-9, (now - mark_clock - (self.eval_seconds - mark_evals)) / (step - mark_step))
             fits = step + int((self.seconds * (1 - RESERVE) - (now - self.started)) / self.per_step)
             fits = min(self.planned, max(step + 1, fits))
-            self._mark = (step, now, self.eval_seconds)
+            first = self.per_step_first is None
+            if first:  # later estimates time every step since this one: steadier than a short window
+                self.per_step_first = self.per_step
+                self._mark = (step, now, self.eval_seconds)
             self._next_fit = step + max(self.warm_at, 10, (fits - step) // 10)
-            first = self.total_steps == self.planned
             if fits != self.total_steps and (first or abs(fits - self.total_steps) > REFIT_TOLERANCE * self.total_steps):
                 self.total_steps = fits
                 return fits

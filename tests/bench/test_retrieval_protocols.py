@@ -114,3 +114,24 @@ def test_first_stage_recall_counts_the_pair_target_and_every_paraphrase() -> Non
     filler = [f"x{i}" for i in range(DEPTH)]
     runs = {"a": ["b", *filler], "d": [*filler, "e"]}  # c missed; e just below the first stage's depth
     assert recall(runs, rset) == {f"hit@{DEPTH}": 1 / 3, f"R@{DEPTH} (all)": (1 / 2 + 0) / 2}
+
+
+def test_unjudged_at_1_bounds_the_true_p1_of_each_row() -> None:
+    # "a": its first hit x was never paired with it (a paraphrase nobody labelled, or not); "e": its first hit g is a
+    # judged non-match (wrong for sure); the row's true P@1 lies between P@1 (all) and P@1 (all) + unjudged@1
+    rset = RetrievalSet(corpus=Path("unused"), ids={}, pairs=[("a", "b"), ("e", "f")],
+                        relevant={"a": {"b": 1}, "e": {"f": 1}}, ceiling=(0.0, 0.0), judged={"a": {"b"}, "e": {"f", "g"}})
+    cells = both_protocols({"a": ["x", "b"], "e": ["g", "f"]}, rset)
+    assert cells["P@1 (all)"] == 0.0 and cells["unjudged@1"] == 0.5
+    assert both_protocols({"a": ["b", "x"], "e": ["f"]}, rset)["unjudged@1"] == 0.0
+
+
+def test_build_corpus_judges_every_pair_of_the_split(tmp_path: Path, monkeypatch) -> None:
+    data = tmp_path / "zh" / "lcqmc"
+    data.mkdir(parents=True)
+    (data / "dev.tsv").write_text("怎么还款\t如何还款\t1\n怎么还款\t怎么借款\t0\n还款方式\t怎么还款\t1\n", encoding="utf-8")
+    monkeypatch.setattr(eval_common, "DATA_DIR", tmp_path)
+    settings = ReportSettings(mode="full", work_dir=tmp_path / "work")
+    rset = eval_retrieval.build_corpus("lcqmc", settings)
+    q = rset.ids["怎么还款"]
+    assert rset.judged[q] == {rset.ids[t] for t in ("如何还款", "怎么借款", "还款方式")}
