@@ -3,7 +3,7 @@ fused in the gateway before the rerank.
 
 Per data set (LCQMC, AFQMC and BQ dev, as in the retrieval section: every distinct question indexed, one search per
 distinct q1, its own document excluded) and engine, the corpus is indexed with ``jingpai index --vectors`` (the
-window-trained bi-encoder :data:`EMBEDDER` embeds every question; OpenSearch needs its k-NN plugin: the report starts
+bi-encoder :data:`EMBEDDER` (trained for retrieval) embeds every question; OpenSearch needs its k-NN plugin: the report starts
 it with ``--plugins knn``). Rows, all from the same index:
 
 * ``BM25 + dictionary`` — the gateway's augmented query, rerank off: the first stage every earlier row reranks;
@@ -36,10 +36,10 @@ from bench.eval_retrieval import CUTOFFS, DATASETS, DICTIONARIES, PAPER, PROTOCO
 logger = logging.getLogger(__name__)
 
 #: the bi-encoder that embeds documents (at index time) and queries (in the gateway and the kNN row); the environment
-#: variable JINGPAI_REPORT_HYBRID_EMBEDDER names another recipe (e.g. zh-use-bi, trained on the AFQMC training mix)
-EMBEDDER = os.environ.get("JINGPAI_REPORT_HYBRID_EMBEDDER", "zh-gpu-bi")
-#: the reranker of the ``hybrid + rerank`` rows
-RERANKER = "zh-gpu-kw"
+#: variable JINGPAI_REPORT_HYBRID_EMBEDDER names another recipe (e.g. zh-gpu-bi, the window-trained bi-encoder)
+EMBEDDER = os.environ.get("JINGPAI_REPORT_HYBRID_EMBEDDER", "zh-gpu-emb")
+#: the reranker of the ``hybrid + rerank`` rows (JINGPAI_REPORT_HYBRID_RERANKER names another recipe)
+RERANKER = os.environ.get("JINGPAI_REPORT_HYBRID_RERANKER", "zh-gpu-kw")
 #: the first stage's depth: the window the gateway reranks
 DEPTH = 20
 #: the data sets in the order they run: AFQMC first (the recall-bound set the hybrid goal is about), LCQMC last (the

@@ -42,7 +42,7 @@ from typing import Any
 
 from bench.eval_common import (
     ZH_BQ_DICTIONARY_SOURCES, ZH_DICTIONARY_SOURCES, ReportError, ReportSettings, Row, Table, base_meta, class_balance_note, data_path,
-    gateway, rerank_service, torch_device, zh_bq_dictionary, zh_dictionary,
+    gateway, rerank_service, save_table, torch_device, zh_bq_dictionary, zh_dictionary,
 )
 from bench.eval_models import RECIPES, get_model
 
@@ -433,7 +433,9 @@ def run(settings: ReportSettings) -> list[Table]:
     from jingpai.indexer.pipeline import IndexSettings, index_corpus
     from jingpai.keyword_dict import Dictionary
 
-    tables = [model_selection(settings)] if settings.wants("retrieval.models") else []
+    # each table is saved as soon as it is complete (and again with the others at the section's end): a long run that
+    # is stopped keeps what it finished
+    tables = [save_and_keep(model_selection(settings), settings)] if settings.wants("retrieval.models") else []
     if settings.only is not None and all(p.startswith("retrieval.models") for p in settings.only):
         return tables
     if not settings.engines:
@@ -447,7 +449,7 @@ def run(settings: ReportSettings) -> list[Table]:
     models = {key: model for key, (model, _) in loaded.items()}
     # the fusion weights are tuned once, on training queries with the zh dictionary, and used on every data set
     fusions, tuning = tune_weights(settings, models, next(iter(settings.engines.values())), zh_dictionary(settings))
-    tables.append(tuning)
+    tables.append(save_and_keep(tuning, settings))
     for name in DATASETS:
         if not settings.wants(f"retrieval.{name}"):
             continue
@@ -516,8 +518,14 @@ def run(settings: ReportSettings) -> list[Table]:
                                               command=settings.command("retrieval", f"{row_id}.replace")))
                     table.rows.append(Row(cells={"method": label, **both_protocols(runs, rset)}, command=settings.command("retrieval", row_id)))
             engine.close()
-            tables.append(table)
+            tables.append(save_and_keep(table, settings))
     return tables
+
+
+def save_and_keep(table: Table, settings: ReportSettings) -> Table:
+    """Save ``table`` into the results folder now and return it."""
+    save_table(table, settings.results_dir)
+    return table
 
 
 def rerank_runs(client: Any, settings: ReportSettings, url: str, alias: str, method: str, model: Any, key: str | None, dict_dir: Path,
