@@ -41,7 +41,7 @@ HELP: dict[str, str] = {
     "gateway": "Serve the engine's _search API with keyword augmentation and reranking.",
     "tune": "Measure the gateway's fusion and window on labelled queries; write the best as a settings file.",
     "demo": "One command: engine, dictionary, index, reranker, gateway and the demo UI.",
-    "plugin": "Native engine integrations: OpenSearch rerank pipeline, Elasticsearch inference endpoint.",
+    "plugin": "Engine integrations: the jingpai OpenSearch plugin's pipeline, ML Commons, ES inference endpoint.",
 }
 
 

@@ -31,9 +31,10 @@ HEAP_OPTIONS: dict[str, Opt] = {
     "plugins": Opt(
         csv=True,
         metavar="NAME,…",
-        help=f"OpenSearch only: plugins to install from Maven Central ({', '.join(PLUGIN_NAMES)}: k-NN, for "
-        f"`jingpai index --vectors`; pinned OpenSearch versions {', '.join(KNN_PLUGIN_VERSIONS)}). "
-        "Elasticsearch needs none.",
+        help=f"OpenSearch only: plugins to install ({', '.join(PLUGIN_NAMES)}). knn: k-NN from Maven Central, for "
+        f"`jingpai index --vectors` (pinned OpenSearch versions {', '.join(KNN_PLUGIN_VERSIONS)}); jingpai: the "
+        "jingpai_keywords / jingpai_rerank search-pipeline processors, built with `mvn` from java/opensearch-plugin "
+        "(or JINGPAI_OPENSEARCH_PLUGIN_SRC) for `jingpai plugin pipeline`. Elasticsearch needs none.",
     ),
 }
 _kind_port = {name: NODE_OPTIONS[name] for name in ("kind", "port")}
@@ -73,7 +74,7 @@ def up(cache_dir: Path | None, **values) -> None:
     """Download (once), configure and start a node; print its URL."""
     settings = settings_from(EngineSettings, values, {**NODE_OPTIONS, **HEAP_OPTIONS}, cache_dir=_engines_dir(cache_dir))
     with_modules = f" with modules {', '.join(settings.modules)}" if settings.modules else ""
-    with_modules += f" and plugins {', '.join(settings.plugins)}" if settings.plugins else ""
+    with_modules += f"{' and' if settings.modules else ' with'} plugins {', '.join(settings.plugins)}" if settings.plugins else ""
     click.echo(f"starting {settings.kind} {settings.resolved_version}{with_modules} on {settings.url} …", err=True)
     node = _harness().start(settings)
     click.echo(f"{node.kind} {node.version} ready (pid {node.pid}, log {node.log_file})", err=True)

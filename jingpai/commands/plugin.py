@@ -1,6 +1,6 @@
-"""CLI: ``jingpai plugin …`` — native engine integrations that need no gateway (:mod:`jingpai.plugin.native`):
-an OpenSearch ML Commons rerank pipeline and an Elasticsearch rerank inference endpoint, both calling
-``jingpai serve``."""
+"""CLI: ``jingpai plugin …`` — engine integrations that need no gateway: the jingpai OpenSearch plugin's search
+pipeline (``jingpai plugin pipeline``, :mod:`jingpai.commands.pipeline`), and (:mod:`jingpai.plugin.native`) an
+OpenSearch ML Commons rerank pipeline and an Elasticsearch rerank inference endpoint, all calling ``jingpai serve``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import click
 
 from jingpai.commands.base import JingpaiGroup
 from jingpai.commands.options import SHARED_ENGINE_ENV
+from jingpai.commands.pipeline import pipeline_cmd
 from jingpai.plugin.settings import ENV_PREFIX
 
 if TYPE_CHECKING:
@@ -43,7 +44,10 @@ def _install(install: Any, engine: str, settings: NativeSettings) -> None:
 
 @click.group("plugin", cls=JingpaiGroup)
 def plugin_group() -> None:
-    """Native engine integrations (no gateway): OpenSearch rerank pipeline, Elasticsearch inference endpoint."""
+    """Engine integrations (no gateway): the jingpai OpenSearch plugin's pipeline, ML Commons, ES inference."""
+
+
+plugin_group.add_command(pipeline_cmd)
 
 
 @plugin_group.command("opensearch-pipeline")

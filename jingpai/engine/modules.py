@@ -10,7 +10,8 @@ jars, a ``plugin-descriptor.properties`` and, where needed, a ``plugin-security.
   once; Maven checks each file's ``.sha1`` from Maven Central (``--strict-checksums``).
 - :func:`ensure_home_with_modules` copies the unpacked distribution to its own home
   (``<cache>/dist/<kind>-<version>+<module>+…``) and adds the module folders, once, so a plain node
-  sharing the cache keeps the plain distribution.
+  sharing the cache keeps the plain distribution; its marker records what the plugins were made from
+  (:func:`~jingpai.engine.plugins.plugin_fingerprint`), and a home whose record differs is composed again.
 - :func:`verify_modules` checks after start that every requested module loaded.
 
 Elasticsearch 8.19's modules are not on Maven Central: :class:`~jingpai.engine.settings.EngineSettings`
@@ -29,7 +30,7 @@ from pathlib import Path
 import httpx
 
 from jingpai.engine.distributions import ensure_distribution, require_tool
-from jingpai.engine.plugins import install_plugins
+from jingpai.engine.plugins import OPENSEARCH_PLUGINS, install_plugins, plugin_fingerprint
 from jingpai.engine.settings import MODULE_NAMES, EngineError, EngineSettings
 
 logger = logging.getLogger(__name__)
@@ -177,13 +178,21 @@ def _add_module(settings: EngineSettings, modules_dir: Path, name: str, core_jar
 def ensure_home_with_modules(settings: EngineSettings) -> Path:
     """The distribution with ``settings.modules`` added and ``settings.plugins`` installed
     (:func:`~jingpai.engine.plugins.install_plugins`), in a home of its own; the plain one without either."""
-    base = ensure_distribution(settings)
     if not settings.modules and not settings.plugins:
-        return base
+        return ensure_distribution(settings)
+    # first: a source-built plugin without sources fails here, naming the fix, before any download
+    record = _home_record(settings)
+    base = ensure_distribution(settings)
     home = settings.home
     marker = home / ".jingpai-unpacked"
     if marker.exists():
-        return home
+        found = marker.read_text()
+        # homes composed before plugins had fingerprints recorded the names only: still right for pinned plugins
+        legacy = ",".join((*settings.modules, *settings.plugins))
+        if found == record or (found == legacy and not any(OPENSEARCH_PLUGINS[p].from_source for p in settings.plugins)):
+            return home
+        logger.info("%s was composed from other plugin sources (%s, now %s): composing it again",
+                    home, found.replace("\n", "; "), record.replace("\n", "; "))
     staging = home.with_name(home.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(base, staging, symlinks=True)
@@ -198,8 +207,16 @@ def ensure_home_with_modules(settings: EngineSettings) -> Path:
     install_plugins(settings, staging)
     shutil.rmtree(home, ignore_errors=True)
     staging.rename(home)
-    marker.write_text(",".join((*settings.modules, *settings.plugins)))
+    marker.write_text(record)
     return home
+
+
+def _home_record(settings: EngineSettings) -> str:
+    """The marker of a composed home: its modules and plugins, then ``<plugin>=<fingerprint>`` per plugin
+    (the pinned version, or the hash of a source-built plugin's sources)."""
+    lines = [",".join((*settings.modules, *settings.plugins))]
+    lines += [f"{name}={plugin_fingerprint(settings, name)}" for name in settings.plugins]
+    return "\n".join(lines)
 
 
 def loaded_modules(url: str) -> set[str]:

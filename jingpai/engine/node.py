@@ -227,7 +227,7 @@ def launch(settings: EngineSettings) -> subprocess.Popen:
         )
     )
     with_modules = f" with modules {', '.join(settings.modules)}" if settings.modules else ""
-    with_modules += f" and plugins {', '.join(settings.plugins)}" if settings.plugins else ""
+    with_modules += f"{' and' if settings.modules else ' with'} plugins {', '.join(settings.plugins)}" if settings.plugins else ""
     logger.info("started %s %s%s (pid %d) on %s", settings.kind, settings.resolved_version, with_modules, proc.pid, settings.url)
     return proc
 

@@ -1,12 +1,18 @@
-"""Optional OpenSearch plugins from Maven Central: the k-NN plugin (``knn_vector`` fields, ``knn`` queries).
+"""Optional OpenSearch plugins: the k-NN plugin from Maven Central (``knn_vector`` fields, ``knn`` queries) and
+jingpai's own search-pipeline plugin (``jingpai_keywords`` / ``jingpai_rerank``), built from source.
 
-Unlike the modules (:mod:`jingpai.engine.modules`), a plugin is published as the zip
-``opensearch-plugin install`` takes, so the harness installs it with the distribution's own tool:
+Unlike the modules (:mod:`jingpai.engine.modules`), a plugin is the zip ``opensearch-plugin install`` takes,
+so the harness installs it with the distribution's own tool:
 
-- :func:`ensure_plugin_zip` fetches ``org.opensearch.plugin:<artifact>:<version>:zip`` once with
-  ``mvn dependency:copy`` into ``<cache>/plugins/``, at the version
-  :data:`~jingpai.engine.settings.KNN_PLUGIN_VERSIONS` pins for the engine version (a plugin loads only on
-  the exact OpenSearch version its descriptor names);
+- :func:`ensure_plugin_zip` gives the zip, cached under ``<cache>/plugins/``: the k-NN zip
+  (``org.opensearch.plugin:<artifact>:<version>:zip``) is fetched once with ``mvn dependency:copy`` at the
+  version :data:`~jingpai.engine.settings.KNN_PLUGIN_VERSIONS` pins for the engine version (a plugin loads
+  only on the exact OpenSearch version its descriptor names); the jingpai zip is built with ``mvn package``
+  from ``java/opensearch-plugin`` (:func:`plugin_source_dir`) for the engine version, once per state of its
+  sources (:func:`source_fingerprint`);
+- :func:`plugin_fingerprint` names what a home's plugin was made from (the pinned version, or the sources'
+  hash): :func:`~jingpai.engine.modules.ensure_home_with_modules` records it and recomposes a home whose
+  record differs, so an edited plugin source reaches the next node;
 - :func:`install_plugins` runs ``bin/opensearch-plugin install --batch file://…`` in a home being composed
   (:func:`~jingpai.engine.modules.ensure_home_with_modules` calls it, after adding the modules the plugin
   extends: the k-NN plugin extends ``lang-painless``);
@@ -20,19 +26,26 @@ engine (pure Java, in the node's Lucene) can, and that is the one jingpai maps (
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+import jingpai
 from jingpai.engine.distributions import java_home, require_tool
-from jingpai.engine.settings import KNN_PLUGIN_VERSIONS, PLUGIN_NAMES, EngineError, EngineSettings
+from jingpai.engine.settings import KNN_PLUGIN_VERSIONS, PLUGIN_NAMES, EngineError, EngineModuleError, EngineSettings
 
 logger = logging.getLogger(__name__)
 
 GROUP = "org.opensearch.plugin"
+#: where the jingpai plugin's Maven project is, when it is not the repository checkout's ``java/opensearch-plugin``
+SOURCE_ENV = "JINGPAI_OPENSEARCH_PLUGIN_SRC"
 
 
 @dataclass(frozen=True)
@@ -40,29 +53,119 @@ class PluginSpec:
     """One OpenSearch plugin as Maven Central publishes it.
 
     Args:
-        artifact: its artifact id under :data:`GROUP` (the zip).
+        artifact: its artifact id (under :data:`GROUP` on Maven Central; the built zip's name otherwise).
         installed_name: the name the node lists it under (``GET _nodes/_local/plugins``).
-        versions: engine version → plugin version, the pairs known to work together.
+        versions: engine version → plugin version, the pairs known to work together; ``None``: built from
+            source (:func:`plugin_source_dir`) for whatever engine version runs it.
     """
 
     artifact: str
     installed_name: str
-    versions: dict[str, str]
+    versions: dict[str, str] | None
+
+    @property
+    def from_source(self) -> bool:
+        return self.versions is None
 
 
 OPENSEARCH_PLUGINS: dict[str, PluginSpec] = {
+    "jingpai": PluginSpec(artifact="jingpai-opensearch", installed_name="jingpai", versions=None),
     "knn": PluginSpec(artifact="opensearch-knn", installed_name="opensearch-knn", versions=KNN_PLUGIN_VERSIONS),
 }
 
 
 def plugin_version(settings: EngineSettings, name: str) -> str:
-    """The version of plugin ``name`` pinned for ``settings``' engine version (settings checked it exists)."""
-    return OPENSEARCH_PLUGINS[name].versions[settings.resolved_version]
+    """The version of plugin ``name`` for ``settings``' engine version: the pinned one (settings checked it
+    exists), or the engine version itself for a plugin built from source (its pom builds it for that version)."""
+    spec = OPENSEARCH_PLUGINS[name]
+    return settings.resolved_version if spec.versions is None else spec.versions[settings.resolved_version]
+
+
+def plugin_source_dir() -> Path:
+    """The jingpai plugin's Maven project: ``$JINGPAI_OPENSEARCH_PLUGIN_SRC``, else ``java/opensearch-plugin`` of
+    the repository checkout the ``jingpai`` package is imported from.
+
+    Raises:
+        EngineModuleError: neither holds a ``pom.xml`` (a wheel install carries no Java sources).
+    """
+    env = os.environ.get(SOURCE_ENV)
+    candidate = Path(env).expanduser() if env else Path(jingpai.__file__).resolve().parents[1] / "java" / "opensearch-plugin"
+    if not (candidate / "pom.xml").is_file():
+        origin = f"${SOURCE_ENV}" if env else "the repository checkout next to the installed jingpai package"
+        raise EngineModuleError(
+            f"the jingpai OpenSearch plugin's sources were not found at {candidate} ({origin}: no pom.xml); "
+            f"set {SOURCE_ENV} to a java/opensearch-plugin folder of the jingpai repository, or install a built "
+            "jingpai-opensearch zip on your own node with `bin/opensearch-plugin install file:///…/jingpai-opensearch-<version>.zip`"
+        )
+    return candidate
+
+
+def _source_files(source: Path) -> list[Path]:
+    """What the plugin zip is built from: the pom and everything under ``src/`` (not ``target/``)."""
+    return [source / "pom.xml", *sorted(p for p in (source / "src").rglob("*") if p.is_file())]
+
+
+def source_fingerprint(source: Path) -> str:
+    """A short hash of the plugin's sources (paths and contents of :func:`_source_files`)."""
+    digest = hashlib.sha256()
+    for path in _source_files(source):
+        digest.update(path.relative_to(source).as_posix().encode() + b"\0")
+        digest.update(path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def plugin_fingerprint(settings: EngineSettings, name: str) -> str:
+    """What plugin ``name`` of a composed home is made from: its pinned version, or ``src-<hash of its sources>``."""
+    if OPENSEARCH_PLUGINS[name].from_source:
+        return f"src-{source_fingerprint(plugin_source_dir())}"
+    return plugin_version(settings, name)
+
+
+def _build_plugin_zip(settings: EngineSettings, name: str) -> Path:
+    """Build the jingpai plugin's zip for ``settings``' engine version, once per state of its sources."""
+    spec = OPENSEARCH_PLUGINS[name]
+    source = plugin_source_dir()
+    version = plugin_version(settings, name)
+    folder = settings.root / "plugins"
+    zip_path = folder / f"{spec.artifact}-{version}-{source_fingerprint(source)}.zip"
+    if zip_path.exists():
+        return zip_path
+    mvn = require_tool("mvn", "install Maven (Debian: apt-get install maven); it builds the jingpai plugin from source")
+    folder.mkdir(parents=True, exist_ok=True)
+    logger.info("building plugin %s for OpenSearch %s from %s with Maven", name, version, source)
+    # built in a copy: the checkout's own target/ (the JUnit build of tests/plugin/test_java_plugin.py) stays
+    # untouched, and two harness builds of different versions cannot clean each other's output
+    with tempfile.TemporaryDirectory(prefix="jingpai-plugin-build-") as tmp:
+        project = Path(tmp) / "opensearch-plugin"
+        project.mkdir()
+        shutil.copy2(source / "pom.xml", project / "pom.xml")
+        shutil.copytree(source / "src", project / "src")
+        proc = subprocess.run(
+            [mvn, "-q", "-B", "-DskipTests", f"-Dopensearch.version={version}", "package"],
+            capture_output=True,
+            text=True,
+            cwd=project,
+            timeout=900,
+        )
+        built = project / "target" / f"{spec.artifact}-{version}.zip"
+        if proc.returncode != 0 or not built.exists():
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-8:]
+            raise EngineError(
+                f"could not build plugin {name} from {source} for OpenSearch {version} with `mvn package` "
+                f"(exit {proc.returncode}); run `mvn -B -f {source / 'pom.xml'} -Dopensearch.version={version} package` "
+                f"to see why (Java 17 and Maven Central or a filled ~/.m2 are needed): {' | '.join(tail)}"
+            )
+        partial = zip_path.with_name(zip_path.name + ".partial")
+        shutil.copy2(built, partial)
+        partial.rename(zip_path)
+    return zip_path
 
 
 def ensure_plugin_zip(settings: EngineSettings, name: str) -> Path:
-    """The zip of plugin ``name`` for ``settings``' engine version, fetched once into ``<cache>/plugins``."""
+    """The zip of plugin ``name`` for ``settings``' engine version, fetched (or built) once into ``<cache>/plugins``."""
     spec = OPENSEARCH_PLUGINS[name]
+    if spec.from_source:
+        return _build_plugin_zip(settings, name)
     version = plugin_version(settings, name)
     folder = settings.root / "plugins"
     zip_path = folder / f"{spec.artifact}-{version}.zip"
@@ -91,7 +194,8 @@ def install_plugins(settings: EngineSettings, home: Path) -> None:
     """Install ``settings.plugins`` into ``home`` (a home being composed) with its ``opensearch-plugin`` tool.
 
     ``--batch`` accepts the permissions the plugin's security policy asks for (the k-NN plugin: loading its
-    native libraries, reading ``/proc/cpuinfo``), which the tool would otherwise ask about on a terminal.
+    native libraries, reading ``/proc/cpuinfo``; jingpai: connecting to the reranker), which the tool would
+    otherwise ask about on a terminal.
     """
     jhome = str(java_home())
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "JAVA_HOME": jhome, "OPENSEARCH_JAVA_HOME": jhome}
@@ -140,10 +244,14 @@ def verify_plugins(settings: EngineSettings) -> None:
 
 __all__ = [
     "OPENSEARCH_PLUGINS",
+    "SOURCE_ENV",
     "PluginSpec",
     "ensure_plugin_zip",
     "install_plugins",
     "loaded_plugins",
+    "plugin_fingerprint",
+    "plugin_source_dir",
     "plugin_version",
+    "source_fingerprint",
     "verify_plugins",
 ]

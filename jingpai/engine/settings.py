@@ -31,8 +31,9 @@ DEFAULT_PORTS: dict[EngineKind, int] = {"opensearch": 9200, "elasticsearch": 920
 ENGINE_USER = "jingpai-engine"
 #: optional modules the harness adds to an OpenSearch integ-test distribution (:mod:`jingpai.engine.modules`)
 MODULE_NAMES: tuple[str, ...] = ("analysis-common", "lang-painless", "mapper-extras")
-#: optional plugins the harness installs into an OpenSearch home (:mod:`jingpai.engine.plugins`)
-PLUGIN_NAMES: tuple[str, ...] = ("knn",)
+#: optional plugins the harness installs into an OpenSearch home (:mod:`jingpai.engine.plugins`): ``jingpai``
+#: (this repository's search-pipeline plugin, built from ``java/opensearch-plugin`` with Maven) and ``knn``
+PLUGIN_NAMES: tuple[str, ...] = ("jingpai", "knn")
 #: The one place the engine and plugin versions that work together are pinned: OpenSearch version →
 #: ``org.opensearch.plugin:opensearch-knn`` version. A plugin loads only on the exact OpenSearch version
 #: its descriptor names (``opensearch.version``); Maven Central serves the k-NN zip for both of these
@@ -80,9 +81,9 @@ class EngineSettings:
         startup_timeout_s: how long :func:`start` waits for the cluster to answer.
         modules: optional modules to add (OpenSearch only), from :data:`MODULE_NAMES`; kept sorted and
             unique. A distribution with modules gets a home of its own (:attr:`home`).
-        plugins: optional plugins to install (OpenSearch only), from :data:`PLUGIN_NAMES`, at the version
-            :data:`KNN_PLUGIN_VERSIONS` pins for the engine version; the modules they extend are added
-            to ``modules``. Kept sorted and unique; part of the home's name.
+        plugins: optional plugins to install (OpenSearch only), from :data:`PLUGIN_NAMES`: ``knn`` at the
+            version :data:`KNN_PLUGIN_VERSIONS` pins for the engine version, ``jingpai`` built from source for
+            it; the modules they extend are added to ``modules``. Kept sorted and unique; part of the home's name.
     """
 
     kind: EngineKind = "opensearch"
@@ -124,10 +125,11 @@ class EngineSettings:
                 f"unknown engine plugin(s) {', '.join(map(repr, unknown))}; valid plugins: {', '.join(PLUGIN_NAMES)}"
             )
         if plugins and self.kind == "elasticsearch":
-            raise EngineModuleError(
-                f"plugins ({', '.join(plugins)}) are for --kind opensearch only: Elasticsearch 8 indexes and searches "
-                "dense vectors (dense_vector, knn) with its core modules, so it needs no plugin"
-            )
+            why = ("Elasticsearch 8 indexes and searches dense vectors (dense_vector, knn) with its core modules, so it "
+                   "needs no plugin") if "knn" in plugins else ""
+            if "jingpai" in plugins:
+                why += ("; " if why else "") + "jingpai's search-pipeline plugin is an OpenSearch plugin: in front of Elasticsearch use the gateway"
+            raise EngineModuleError(f"plugins ({', '.join(plugins)}) are for --kind opensearch only: {why}")
         if "knn" in plugins and self.resolved_version not in KNN_PLUGIN_VERSIONS:
             raise EngineModuleError(
                 f"no k-NN plugin version is pinned for OpenSearch {self.resolved_version} (a plugin must match the "

@@ -27,7 +27,7 @@ def test_plugin_settings_pin_the_engine_version_and_add_painless() -> None:
     assert knn.plugins == ("knn",) and knn.modules == ("lang-painless",)  # the k-NN plugin extends painless
     assert knn.resolved_version in KNN_PLUGIN_VERSIONS
     assert knn.home.name == f"opensearch-{knn.resolved_version}+lang-painless+knn"
-    with pytest.raises(EngineModuleError, match=r"unknown engine plugin\(s\) 'neural'; valid plugins: knn"):
+    with pytest.raises(EngineModuleError, match=r"unknown engine plugin\(s\) 'neural'; valid plugins: jingpai, knn"):
         EngineSettings(kind="opensearch", plugins=("neural",))
     with pytest.raises(EngineModuleError, match="no k-NN plugin version is pinned for OpenSearch 2.19.5 .* valid --version with --plugins knn: 2.19.6, 2.19.1"):
         EngineSettings(kind="opensearch", version="2.19.5", plugins=("knn",))

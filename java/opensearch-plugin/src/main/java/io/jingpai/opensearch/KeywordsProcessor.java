@@ -126,9 +126,9 @@ public final class KeywordsProcessor extends AbstractProcessor implements Search
         Segmenter segmenter;
         Map<String, Double> weights = new HashMap<>();
         if (inline != null) {
-            Map<String, Long> base = new HashMap<>();
-            ((Map<String, Object>) inline.getOrDefault("base", Map.of())).forEach((w, f) -> base.put(w, ((Number) f).longValue()));
-            segmenter = new Segmenter(base, number(inline.get("base_total"), 0).longValue());
+            // the base dictionary is shared by every processor with the same one (Segmenter.shared): not copied per pipeline
+            Map<String, Number> base = (Map<String, Number>) inline.getOrDefault("base", Map.of());
+            segmenter = new Segmenter(Segmenter.shared(base, number(inline.get("base_total"), 0).longValue()));
             ((Map<String, Object>) inline.getOrDefault("weights", Map.of())).forEach((w, s) -> weights.put(w, ((Number) s).doubleValue()));
             for (Object entry : (List<Object>) inline.getOrDefault("userdict", List.of())) {
                 List<Object> pair = (List<Object>) entry;

@@ -22,6 +22,10 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.atomic.AtomicInteger;
 
 import org.opensearch.common.xcontent.XContentHelper;
 import org.opensearch.common.xcontent.XContentType;
@@ -55,8 +59,27 @@ public class RerankClient {
         this.url = url.replaceAll("/+$", "");
         this.timeout = Duration.ofMillis(timeoutMs);
         this.http = AccessController.doPrivileged((PrivilegedAction<HttpClient>) () ->
-            HttpClient.newBuilder().connectTimeout(timeout).version(HttpClient.Version.HTTP_1_1).build());
+            HttpClient.newBuilder().connectTimeout(timeout).version(HttpClient.Version.HTTP_1_1).executor(EXECUTOR).build());
     }
+
+    /**
+     * The HttpClient's threads. Its default factory makes "innocuous" threads in a group of their own and marks them
+     * daemon, which OpenSearch's SecureSM refuses (ThreadPermission modifyArbitraryThread) because the check sees the
+     * java.net.http module's frames, not only this plugin's. These threads are made here, privileged, in the calling
+     * thread's group: only this plugin's permissions are checked. Idle threads end after a minute.
+     */
+    private static final ExecutorService EXECUTOR = Executors.newCachedThreadPool(new ThreadFactory() {
+        private final AtomicInteger next = new AtomicInteger();
+
+        @Override
+        public Thread newThread(Runnable r) {
+            return AccessController.doPrivileged((PrivilegedAction<Thread>) () -> {
+                Thread t = new Thread(r, "jingpai-rerank-" + next.incrementAndGet());
+                t.setDaemon(true);
+                return t;
+            });
+        }
+    });
 
     public String modelId() {
         return modelId;

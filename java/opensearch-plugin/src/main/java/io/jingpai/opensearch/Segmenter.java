@@ -8,13 +8,45 @@ import java.io.BufferedReader;
 import java.io.IOException;
 import java.util.ArrayList;
 import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 
-/** Word segmentation like {@code Segmenter.cut} (rjieba, HMM off); whitespace tokens are dropped. */
+/**
+ * Word segmentation like {@code Segmenter.cut} (rjieba, HMM off); whitespace tokens are dropped.
+ *
+ * <p>The base dictionary (jieba's, ~350k words: ~100 MB of heap with its prefixes) is shared: every segmenter of the
+ * same base content uses one {@link Base}, kept in a small per-node cache ({@link #shared}), and holds only the words
+ * a jingpai dictionary adds. A node with one pipeline per index would otherwise hold one copy per pipeline, and a
+ * 512 MB heap runs out at the fourth.
+ */
 public final class Segmenter {
-    /** word → frequency; a prefix of a word that is no word itself maps to 0 (jieba's FREQ) */
-    private final Map<String, Long> freq = new HashMap<>();
+    /** An immutable base dictionary: word → frequency, a prefix of a word that is no word itself → 0 (jieba's FREQ). */
+    public static final class Base {
+        final Map<String, Long> freq;
+        final long total;
+
+        Base(Map<String, Long> words, long total) {
+            Map<String, Long> f = new HashMap<>(words.size() * 2);
+            for (Map.Entry<String, Long> e : words.entrySet()) {
+                put(f, e.getKey(), e.getValue());
+            }
+            this.freq = f;
+            this.total = total;
+        }
+    }
+
+    /** the bases in use, by content key; a few at most (one per distinct base dictionary) */
+    private static final Map<String, Base> CACHE = new LinkedHashMap<>(8, 0.75f, true) {
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<String, Base> eldest) {
+            return size() > 4;
+        }
+    };
+
+    private final Base base;
+    /** the words added on top of the base (and their prefixes), which win over the base's entries */
+    private final Map<String, Long> extra = new HashMap<>();
     private long total;
 
     /**
@@ -22,10 +54,47 @@ public final class Segmenter {
      * @param baseTotal the whole base dictionary's total frequency
      */
     public Segmenter(Map<String, Long> base, long baseTotal) {
-        for (Map.Entry<String, Long> e : base.entrySet()) {
-            put(e.getKey(), e.getValue());
+        this(shared(base, baseTotal));
+    }
+
+    public Segmenter(Base base) {
+        this.base = base;
+        this.total = base.total;
+    }
+
+    /** The cached {@link Base} of this content, made once per node. */
+    public static Base shared(Map<String, ? extends Number> words, long baseTotal) {
+        String key = key(words, baseTotal);
+        synchronized (CACHE) {
+            Base found = CACHE.get(key);
+            if (found != null) {
+                return found;
+            }
         }
-        this.total = baseTotal;
+        Map<String, Long> copy = new HashMap<>(words.size() * 2);
+        words.forEach((w, f) -> copy.put(w, f.longValue()));
+        Base made = new Base(copy, baseTotal);
+        synchronized (CACHE) {
+            return CACHE.computeIfAbsent(key, k -> made);
+        }
+    }
+
+    /** A content key of a base dictionary: size, total and two independent order-free sums of its entries' hashes. */
+    static String key(Map<String, ? extends Number> words, long total) {
+        long a = 0;
+        long b = 0;
+        for (Map.Entry<String, ? extends Number> e : words.entrySet()) {
+            long h = e.getKey().hashCode() * 0x9E3779B97F4A7C15L + e.getValue().longValue();
+            a += mix(h);
+            b += mix(h ^ 0xC2B2AE3D27D4EB4FL) * 31 + e.getKey().length();
+        }
+        return words.size() + ":" + total + ":" + Long.toHexString(a) + ":" + Long.toHexString(b);
+    }
+
+    private static long mix(long z) {
+        z = (z ^ (z >>> 33)) * 0xFF51AFD7ED558CCDL;
+        z = (z ^ (z >>> 33)) * 0xC4CEB9FE1A85EC53L;
+        return z ^ (z >>> 33);
     }
 
     /** A segmenter of a jieba dictionary file ({@code word freq [tag]} lines). */
@@ -43,7 +112,7 @@ public final class Segmenter {
         return new Segmenter(base, total);
     }
 
-    private void put(String word, long f) {
+    private static void put(Map<String, Long> freq, String word, long f) {
         freq.put(word, f);
         int[] cps = word.codePoints().toArray();
         for (int i = 1; i < cps.length; i++) {
@@ -51,13 +120,25 @@ public final class Segmenter {
         }
     }
 
+    private Long lookup(String word) {
+        Long f = extra.get(word);
+        return f != null ? f : base.freq.get(word);
+    }
+
     /** Adds a jingpai dictionary word unless the dictionary already has it (as Segmenter does with rjieba). */
     public void addWord(String word, long f) {
-        Long known = freq.get(word);
+        Long known = lookup(word);
         if (known != null && known > 0) {
             return;
         }
-        put(word, f);
+        extra.put(word, f);
+        int[] cps = word.codePoints().toArray();
+        for (int i = 1; i < cps.length; i++) {
+            String prefix = new String(cps, 0, i);
+            if (lookup(prefix) == null) {
+                extra.put(prefix, 0L);
+            }
+        }
         total += f;
     }
 
@@ -110,7 +191,7 @@ public final class Segmenter {
             boolean any = false;
             for (int x = k; x < n; x++) {
                 String frag = new String(cps, start + k, x - k + 1);
-                Long f = freq.get(frag);
+                Long f = lookup(frag);
                 if (f == null) {
                     break;
                 }
@@ -125,7 +206,7 @@ public final class Segmenter {
             }
             if (!any) {
                 String single = new String(cps, start + k, 1);
-                Long f = freq.get(single);
+                Long f = lookup(single);
                 best = Math.log((double) (f != null && f > 0 ? f : 1L)) - logTotal + routeScore[k + 1];
                 bestEnd = k;
             }

@@ -1,0 +1,67 @@
+"""The harness's source-built plugin (``--plugins jingpai``): settings, where its sources are, their fingerprint,
+the record a composed home keeps, and the errors that name the fix. No node here: tests/plugin/test_pipeline_node.py
+starts one with the plugin."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from jingpai.cli import cli
+from jingpai.engine.modules import _home_record
+from jingpai.engine.plugins import SOURCE_ENV, ensure_plugin_zip, plugin_fingerprint, plugin_source_dir, source_fingerprint
+from jingpai.engine.settings import EngineError, EngineModuleError, EngineSettings
+
+REPO_SOURCE = Path(__file__).resolve().parents[2] / "java" / "opensearch-plugin"
+
+
+def test_the_jingpai_plugin_needs_no_module_and_gets_a_home_of_its_own() -> None:
+    settings = EngineSettings(kind="opensearch", plugins=("jingpai",))
+    assert settings.plugins == ("jingpai",) and settings.modules == ()
+    assert settings.home.name == f"opensearch-{settings.resolved_version}+jingpai"
+    both = EngineSettings(kind="opensearch", plugins=("knn", "jingpai"))
+    assert both.plugins == ("jingpai", "knn") and both.home.name.endswith("+lang-painless+jingpai+knn")
+    with pytest.raises(EngineModuleError, match=r"plugins \(jingpai\) are for --kind opensearch only: jingpai.s search-pipeline plugin .* use the gateway"):
+        EngineSettings(kind="elasticsearch", plugins=("jingpai",))
+
+
+def test_the_sources_are_the_checkout_or_the_env_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(SOURCE_ENV, raising=False)
+    assert plugin_source_dir() == REPO_SOURCE
+    monkeypatch.setenv(SOURCE_ENV, str(tmp_path))
+    with pytest.raises(EngineModuleError, match=rf"sources were not found at {tmp_path} \(\${SOURCE_ENV}: no pom.xml\); set {SOURCE_ENV}"):
+        plugin_source_dir()
+    result = CliRunner().invoke(cli, ["engine", "up", "--kind", "opensearch", "--plugins", "jingpai", "--cache-dir", str(tmp_path / "c")])
+    assert result.exit_code == 1 and f"set {SOURCE_ENV}" in result.output
+
+
+def test_the_fingerprint_follows_the_sources_not_the_build_output(tmp_path: Path) -> None:
+    source = tmp_path / "opensearch-plugin"
+    shutil.copytree(REPO_SOURCE, source, ignore=shutil.ignore_patterns("target"))
+    before = source_fingerprint(source)
+    assert before == source_fingerprint(REPO_SOURCE)
+    (source / "target").mkdir()
+    (source / "target" / "x.class").write_bytes(b"\0")
+    assert source_fingerprint(source) == before
+    java = next((source / "src" / "main" / "java").rglob("Fusion.java"))
+    java.write_text(java.read_text() + "\n// edited\n")
+    assert source_fingerprint(source) != before
+
+
+def test_a_home_records_what_its_plugins_were_made_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(SOURCE_ENV, raising=False)
+    settings = EngineSettings(kind="opensearch", plugins=("jingpai", "knn"))
+    assert plugin_fingerprint(settings, "knn") == "2.19.6.0"
+    assert _home_record(settings).splitlines() == [
+        "lang-painless,jingpai,knn", f"jingpai=src-{source_fingerprint(REPO_SOURCE)}", "knn=2.19.6.0"]
+
+
+def test_building_without_maven_names_the_fix(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(SOURCE_ENV, raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no mvn on it
+    settings = EngineSettings(kind="opensearch", plugins=("jingpai",), cache_dir=tmp_path)
+    with pytest.raises(EngineError, match=r"`mvn` was not found on PATH; install Maven .*builds the jingpai plugin from source"):
+        ensure_plugin_zip(settings, "jingpai")

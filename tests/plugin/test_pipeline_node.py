@@ -1,0 +1,222 @@
+"""The jingpai OpenSearch plugin on a real node, against the gateway (the reference).
+
+One OpenSearch 2.19.6 node is started by the harness with ``--plugins jingpai`` (the plugin built from
+java/opensearch-plugin with Maven) on a free port in 9290–9299; the tiny corpus of the gateway tests is indexed
+with ``jingpai index``; the real rerank service serves the tiny cross-encoder; one gateway answers the same
+searches. Nothing is mocked. The gateway's answers are taken first, while the index has no default pipeline
+(the gateway forwards to the same node); then ``jingpai plugin pipeline`` writes the pipelines.
+
+Reuse a node you run (``jingpai engine up --kind opensearch --plugins jingpai``) with
+``JINGPAI_TEST_OPENSEARCH_JINGPAI_URL``. Skipped (with the reason) only without ``mvn`` / ``java``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from jingpai.cli import cli
+from jingpai.commands.pipeline import keywords_processor
+from jingpai.engine import harness
+from jingpai.engine.client import Engine, connect
+from jingpai.indexer.mapping import read_meta
+from jingpai.plugin.gateway import create_app
+from jingpai.plugin.settings import GatewaySettings
+from jingpai.reranker.service import create_app as create_service_app
+from jingpai.serving import ServerThread, serve
+from tests.plugin.conftest import corpus, ids
+
+PORTS = range(9290, 9300)
+#: generous: the tiny CPU reranker shares two cores with other work, and a timeout would fail open
+TIMEOUT_MS = 20_000
+QUERIES = [
+    {"query": {"match": {"title": "中国GDP"}}},
+    {"query": {"match": {"content": "银行利率"}}, "size": 5},
+    {"query": {"multi_match": {"query": "经济增长", "fields": ["title", "content"]}}},
+    {"query": {"bool": {"must": [{"match": {"title": "股票投资"}}], "filter": [{"exists": {"field": "content"}}]}}},
+    {"query": {"match": {"content": "中国经济"}}, "from": 5, "size": 5},
+]
+FUSIONS = ("linear", "rrf")
+
+
+def _free_port_in(ports: range) -> int:
+    for port in ports:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    pytest.fail(f"no free port in {ports.start}-{ports.stop - 1} for the plugin node")
+
+
+@pytest.fixture(scope="module")
+def node() -> Iterator[Engine]:
+    """An OpenSearch node WITH the jingpai plugin, built from this checkout's java/opensearch-plugin."""
+    missing = [tool for tool in ("mvn", "java") if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"{' and '.join(missing)} not installed: the OpenSearch plugin needs Java 17 and Maven (scripts/bootstrap installs them)")
+    given = os.environ.get("JINGPAI_TEST_OPENSEARCH_JINGPAI_URL")
+    settings = None if given else harness.EngineSettings(kind="opensearch", port=_free_port_in(PORTS), plugins=("jingpai",))
+    try:
+        client = connect(given or harness.start(settings).url)
+        yield client
+        client.close()
+    finally:
+        if settings is not None:
+            harness.stop(settings, purge=True)
+
+
+@pytest.fixture(scope="module")
+def index(node: Engine, dictionary, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The gateway tests' corpus indexed by ``jingpai index`` with their dictionary."""
+    _, dict_dir = dictionary
+    tmp = tmp_path_factory.mktemp("plugin-corpus")
+    path = tmp / "docs.jsonl"
+    path.write_text("\n".join(json.dumps(doc, ensure_ascii=False) for doc in corpus()) + "\n", encoding="utf-8")
+    alias = f"test-plugin-{uuid.uuid4().hex[:8]}"
+    result = CliRunner().invoke(cli, ["index", "run", str(path), "--index", alias, "--engine", node.url, "--dict", str(dict_dir),
+                                      "--id-field", "id", "--text-fields", "title,content", "--quarantine-dir", str(tmp), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    node.refresh(alias)
+    yield alias
+    node.request("DELETE", f"/_search/pipeline/{alias}-*")  # each holds the inline dictionary: do not leave them behind
+    node.raw.indices.delete(index=f"{alias}*")
+
+
+@pytest.fixture(scope="module")
+def unreachable() -> str:
+    """A reranker URL nothing listens on."""
+    return f"http://127.0.0.1:{harness.free_port()}"
+
+
+@pytest.fixture(scope="module")
+def gateway_answers(node: Engine, index: str, reranker_url: str, unreachable: str, dictionary) -> dict[tuple[str, int], dict]:
+    """``{(mode, query number): gateway response}`` for mode augment, linear, rrf, and rerank by an unreachable
+    reranker (``dead``), taken before any pipeline exists."""
+    _, dict_dir = dictionary
+    answers = {}
+    for url, modes in ((reranker_url, ("augment", *FUSIONS)), (unreachable, ("dead",))):
+        # the plugin has no circuit breaker (docs/opensearch-plugin.md): the gateway's may not open either
+        settings = GatewaySettings(engine_url=node.url, reranker_url=url, window=20, dict_dirs=(dict_dir,), timeout_ms=TIMEOUT_MS,
+                                   breaker_failures=10_000)
+        server = ServerThread(create_app(settings)).start()
+        try:
+            for i, body in enumerate(QUERIES):
+                for mode in modes:
+                    params = {"jingpai": "augment"} if mode == "augment" else {"jingpai": "rerank", "jingpai_fusion": "linear" if mode == "dead" else mode}
+                    answers[(mode, i)] = _post(f"{server.url}/{index}/_search", body, **params)
+        finally:
+            server.stop()
+    assert node.get_index_settings(index).get("index.search.default_pipeline") is None
+    return answers
+
+
+def _post(url: str, body: dict, **params: str) -> dict:
+    resp = httpx.post(url, json=body, params=params, timeout=120)
+    assert resp.status_code == 200, resp.text
+    return resp.json()
+
+
+def _write(node: Engine, index: str, reranker: str, dict_dir: Path, *extra: str) -> dict:
+    args = ["plugin", "pipeline", "--index", index, "--reranker", reranker, "--dict", str(dict_dir), "--engine", node.url,
+            "--timeout-ms", str(TIMEOUT_MS), *extra]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output.strip().splitlines()[-1])
+
+
+def _assert_same_hits(pipeline: dict, gateway: dict, what: str) -> None:
+    assert ids(pipeline) == ids(gateway), what
+    assert ids(pipeline), what
+    for mine, ref in zip(pipeline["hits"]["hits"], gateway["hits"]["hits"]):
+        assert mine["_score"] == pytest.approx(ref["_score"], rel=0, abs=1e-5), f"{what}: {mine['_id']}"
+
+
+def test_the_node_loads_the_plugin_built_from_source(node: Engine) -> None:
+    assert "jingpai" in harness.loaded_plugins(node.url)
+
+
+def test_augmentation_alone_matches_the_gateway(node: Engine, index: str, gateway_answers, dictionary) -> None:
+    """A pipeline of jingpai_keywords alone, as the CLI builds it, rewrites each query as the gateway's augment mode."""
+    d, _ = dictionary
+    name = f"{index}-augment"
+    processor = keywords_processor(read_meta(node, index), d, GatewaySettings(engine_url=node.url))
+    node.request("PUT", f"/_search/pipeline/{name}", body={"request_processors": [{"jingpai_keywords": processor}]})
+    for i, body in enumerate(QUERIES):
+        mine = node.search(index, body, search_pipeline=name)
+        reference = gateway_answers[("augment", i)]
+        assert reference["jingpai"]["augmented"], body  # every query reaches a dictionary keyword
+        _assert_same_hits(mine, reference, f"augment {body}")
+        assert mine["hits"]["total"] == reference["hits"]["total"], body
+
+
+@pytest.mark.parametrize("fusion", FUSIONS)
+def test_rerank_matches_the_gateway(node: Engine, index: str, gateway_answers, reranker_url: str, dictionary, fusion: str) -> None:
+    """`jingpai plugin pipeline` writes the index's default pipeline; its pages equal the gateway's, scores within 1e-5."""
+    _, dict_dir = dictionary
+    written = _write(node, index, reranker_url, dict_dir, "--fusion", fusion, "--name", f"{index}-{fusion}")
+    assert written["fusion"] == fusion and written["default_pipeline"]
+    assert node.get_index_settings(index)["index.search.default_pipeline"] == f"{index}-{fusion}"
+    reordered = 0
+    for i, body in enumerate(QUERIES):
+        mine = node.search(index, body)
+        reference = gateway_answers[(fusion, i)]
+        info, ref_info = mine["ext"]["jingpai"], reference["jingpai"]
+        assert ref_info["reranked"] and info["reranked"], (body, info, ref_info)
+        assert info["keywords"] == ref_info["keywords"] and info["augmented"] == ref_info["augmented"], body
+        assert info["fusion"] == ref_info["fusion"] and info["window"] == ref_info["window"], body
+        _assert_same_hits(mine, reference, f"{fusion} {body}")
+        reordered += ids(mine) != ids(gateway_answers[("augment", i)])
+    assert reordered > 0, "the reranker changed no page: the comparison would not see a fusion bug"
+
+
+def test_a_stopped_or_unreachable_reranker_fails_open(node: Engine, index: str, gateway_answers, rerank_model, service_settings,
+                                                      unreachable: str, dictionary) -> None:
+    """The reranker stops after serving the pipeline, or was never there: every search still succeeds, in the engine's
+    order of the augmented query, with the gateway's reason (``reranker_unreachable``) in ``ext.jingpai``."""
+    _, dict_dir = dictionary
+    with serve(create_service_app(service_settings, rerank_model)) as server:
+        _write(node, index, server.url, dict_dir, "--name", f"{index}-stopped")
+        assert node.search(index, QUERIES[0])["ext"]["jingpai"]["reranked"] is True
+    for name in ("stopped", "unreachable"):
+        if name == "unreachable":
+            _write(node, index, unreachable, dict_dir, "--name", f"{index}-{name}")
+        for i, body in enumerate(QUERIES):
+            info = (mine := node.search(index, body))["ext"]["jingpai"]
+            reference = gateway_answers[("dead", i)]
+            assert info["reranked"] is False and info["reason"] == reference["jingpai"]["reason"] == "reranker_unreachable", (name, info)
+            _assert_same_hits(mine, reference, f"{name} {body}")
+            _assert_same_hits(mine, gateway_answers[("augment", i)], f"{name} {body}")
+
+
+def test_the_cli_prints_and_refuses_bad_input(node: Engine, index: str, reranker_url: str, dictionary, tmp_path: Path) -> None:
+    _, dict_dir = dictionary
+    runner = CliRunner()
+    base = ["plugin", "pipeline", "--reranker", reranker_url, "--engine", node.url]
+    unknown = runner.invoke(cli, [*base, "--index", "no-such-index-here", "--dict", str(dict_dir)])
+    assert unknown.exit_code == 1 and "no-such-index-here" in unknown.output and "does not exist" in unknown.output
+    plain = f"{index}-plain"
+    node.create_index(plain, mappings={"properties": {"title": {"type": "text"}}})
+    not_ours = runner.invoke(cli, [*base, "--index", plain])
+    assert not_ours.exit_code == 1 and "jingpai index" in not_ours.output
+    no_dict = runner.invoke(cli, [*base, "--index", index])
+    assert no_dict.exit_code == 1 and "--dict" in no_dict.output
+    bad_fusion = runner.invoke(cli, [*base, "--index", index, "--dict", str(dict_dir), "--fusion-weight", "3"])
+    assert bad_fusion.exit_code != 0 and "weight" in bad_fusion.output
+    printed = runner.invoke(cli, [*base, "--index", index, "--dict", str(dict_dir), "--fusion", "rrf", "--window", "7", "--print-only"])
+    assert printed.exit_code == 0, printed.output
+    body = json.loads(printed.output)
+    keywords, rerank = body["request_processors"][0]["jingpai_keywords"], body["response_processors"][0]["jingpai_rerank"]
+    assert keywords["text_fields"] == ["title", "content"] and keywords["dictionary"]["weights"]["GDP"] == 3.0
+    assert rerank == body["request_processors"][1]["jingpai_rerank"] and rerank["fields"] == ["title", "content"]
+    assert (rerank["fusion"], rerank["window"], rerank["reranker_url"]) == ("rrf", 7, reranker_url)
