@@ -31,7 +31,9 @@ from bench.eval_common import (
     ReportError, ReportSettings, Row, Table, base_meta, gateway, rerank_service, save_table, torch_device, zh_dictionary,
 )
 from bench.eval_models import RECIPES, get_model
-from bench.eval_retrieval import CUTOFFS, DATASETS, DICTIONARIES, PAPER, PROTOCOLS, RetrievalSet, both_protocols, build_corpus, search_body, tune_weights
+from bench.eval_retrieval import (
+    CUTOFFS, DATASETS, DICTIONARIES, PAPER, PROTOCOLS, UNJUDGED_COLUMN, RetrievalSet, both_protocols, build_corpus, search_body, tune_weights,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -151,7 +153,7 @@ def run(settings: ReportSettings) -> list[Table]:
             table = Table(
                 key=f"hybrid-{name}-{kind}", section="hybrid",
                 title=f"Hybrid first stage — {name.upper()} dev, {kind} ({settings.mode})",
-                columns=["method", "queries", *[f"P@{k}" for k in CUTOFFS], "P@1 (all)", "P@10 (all)", "MRR (all)", *RECALL_COLUMNS],
+                columns=["method", "queries", *[f"P@{k}" for k in CUTOFFS], "P@1 (all)", "P@10 (all)", "MRR (all)", UNJUDGED_COLUMN, *RECALL_COLUMNS],
                 meta=base_meta(settings, "hybrid", data=f"{name.upper()} dev: {len(rset.ids)} distinct questions indexed with vectors, "
                                f"{len(rset.pairs)} positive pairs (P@k, hit@{DEPTH}), {len(rset.queries)} distinct q1 (all)",
                                engine=f"{engine.kind} {engine.version}", device=torch_device(settings),
@@ -185,7 +187,7 @@ def run(settings: ReportSettings) -> list[Table]:
                     rows.append((f"hybrid + rerank top {DEPTH}, {RERANKER}, linear fusion w={weight:g}", "rerank", runs))
             for label, method, runs in rows:
                 cells = both_protocols({q: r[:10] for q, r in runs.items()}, rset)
-                keep = {k: cells[k] for k in ("queries", *[f"P@{k}" for k in CUTOFFS], "P@1 (all)", "P@10 (all)", "MRR (all)")}
+                keep = {k: cells[k] for k in ("queries", *[f"P@{k}" for k in CUTOFFS], "P@1 (all)", "P@10 (all)", "MRR (all)", UNJUDGED_COLUMN)}
                 table.rows.append(Row(cells={"method": label, **keep, **recall(runs, rset)}, command=settings.command("hybrid", f"{prefix}.{method}")))
             engine.close()
             save_table(table, settings.results_dir)
