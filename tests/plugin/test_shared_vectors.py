@@ -181,21 +181,6 @@ AUG_CONFIGS: list[dict[str, Any]] = [
 ]
 
 
-def _jieba_dict() -> tuple[dict[str, int], int]:
-    import jieba
-
-    path = Path(jieba.__file__).parent / "dict.txt"
-    freq: dict[str, int] = {}
-    total = 0
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            parts = line.split(" ")
-            if len(parts) >= 2:
-                freq[parts[0]] = int(parts[1])
-                total += int(parts[1])
-    return freq, total
-
-
 def _texts(query: Any, text_fields: tuple[str, ...]) -> list[str]:
     from jingpai.plugin.augment import find_full_text
 
@@ -203,6 +188,7 @@ def _texts(query: Any, text_fields: tuple[str, ...]) -> list[str]:
 
 
 def augment_vectors() -> dict:
+    from jingpai.commands.pipeline import base_dictionary  # the dictionary `jingpai plugin pipeline` uploads
     from jingpai.indexer.mapping import IndexMeta
     from jingpai.keyword_dict import Dictionary, Segmenter
     from jingpai.plugin.augment import QueryRewriter
@@ -210,7 +196,7 @@ def augment_vectors() -> dict:
     dictionary = Dictionary.from_scores(AUG_KEYWORDS, freqs=AUG_FREQ)
     segmenter = Segmenter(dictionary)
     text_fields = ("title", "content")
-    base, total = _jieba_dict()
+    base, total = base_dictionary()
     texts = [t for q in AUG_QUERIES for t in _texts(q, text_fields)]
     subset = {t[i:j]: base[t[i:j]] for t in texts for i in range(len(t)) for j in range(i + 1, len(t) + 1) if base.get(t[i:j])}
     configs = []
