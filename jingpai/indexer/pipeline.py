@@ -16,6 +16,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -237,14 +238,25 @@ def _good_records(path: str | Path, settings: IndexSettings, quarantine: Quarant
 def _with_vectors(
     records: Iterator[SourceRecord], settings: IndexSettings, vectors: DocumentVectors | None,
 ) -> Iterator[tuple[SourceRecord, list[float] | None]]:
-    """Each record with its vector (``None`` without vectors), embedded a bulk batch at a time: the model
-    works on one batch while the bulk requests of the previous ones are in flight."""
+    """Each record with its vector (``None`` without vectors), embedded a bulk batch at a time.
+
+    The model embeds the next batch on its own thread while this one's documents are built (segmentation, keywords)
+    and the bulk requests of the previous ones are in flight: torch leaves the GIL while it computes, so the
+    encoder and the segmenter overlap instead of taking turns. Order and errors are the batch's own.
+    """
     if vectors is None:
         yield from ((rec, None) for rec in records)
         return
-    for group in batches(records, settings.batch_size):
-        texts = [embedding_text(rec.fields, settings.text_fields) for rec in group]
-        yield from zip(group, vectors.embed(texts), strict=True)
+    with ThreadPoolExecutor(1, thread_name_prefix="jingpai-embed") as pool:
+        pending: tuple[list[SourceRecord], Future[list[list[float] | None]]] | None = None
+        for group in batches(records, settings.batch_size):
+            texts = [embedding_text(rec.fields, settings.text_fields) for rec in group]
+            submitted = (group, pool.submit(vectors.embed, texts))
+            if pending is not None:
+                yield from zip(pending[0], pending[1].result(), strict=True)
+            pending = submitted
+        if pending is not None:
+            yield from zip(pending[0], pending[1].result(), strict=True)
 
 
 def _finish(

@@ -13,11 +13,8 @@ itself uses — from those scores (a smaller window is the first W engine ranks 
 cross-encoder scores each document on its own), followed by the augmented hits past the window as the
 gateway serves them. So the grid costs one rerank per query.
 
-With ``hybrid`` (an index built with ``jingpai index --vectors``), each query also fetches its hybrid first stage
-once: BM25's and kNN's candidates with their ranks and scores (``_jingpai.bm25_rank`` … of a hybrid search), and
-every hybrid fusion × BM25 weight is fused offline with :class:`~jingpai.reranker.fusion.ListFusion`, the class
-the gateway runs (:mod:`jingpai.plugin.tune_hybrid`). The reranking rows are measured on BM25's window, as
-before (the tuning gateway runs with ``hybrid`` off unless a search asks for it).
+With ``hybrid`` (an index built with ``jingpai index --vectors``), each query also fetches its hybrid candidates
+once, reranked, and every hybrid fusion, alone and reranked, is computed offline (:mod:`jingpai.plugin.tune_hybrid`).
 
 Labelled queries come from a pairs file (``q1<TAB>q2<TAB>label``, any :func:`jingpai.reranker.data.read_pairs`
 format: every distinct question is expected in the index; each positive pair searches q1 with q1's own
@@ -37,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from jingpai.errors import UserError
-from jingpai.reranker.fusion import FusionSpec, fused_order
+from jingpai.reranker.fusion import FusionSpec, ListFusion, fused_order
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +64,8 @@ class TuneSettings:
         limit: evaluate at most this many queries.
         concurrency: searches sent to the gateway at once.
         base: gateway settings (a ``--config`` file's) the tuning gateway and the written file start from.
-        hybrid: also measure the hybrid first stage (BM25 + kNN) over ``weights`` (BM25's) × ``rrf`` / ``linear``.
+        hybrid: also measure the hybrid first stage (BM25 + kNN) over ``weights`` (BM25's) × ``rrf`` / ``linear``, and
+            each of them reranked (:mod:`jingpai.plugin.tune_hybrid`).
         embed_url: the embedding service of the hybrid searches (``None``: ``reranker_url``).
     """
 
@@ -124,8 +122,9 @@ class QueryRuns:
     augmented: list[str]
     #: the reranked window in the engine's (augmented) order: ``(id, engine_score, model_score)``
     window: list[tuple[str, float | None, float]] | None
-    #: the hybrid first stage's candidates: ``(id, bm25_rank, bm25_score, knn_rank, knn_score)`` (``None``: not fetched)
-    hybrid: list[tuple[str, int | None, float | None, int | None, float | None]] | None = None
+    #: the hybrid first stage's candidates: ``(id, bm25_rank, bm25_score, knn_rank, knn_score, model_score)`` (``None``:
+    #: not fetched)
+    hybrid: list[tuple[str, int | None, float | None, int | None, float | None, float | None]] | None = None
 
 
 @dataclass(frozen=True)
@@ -137,6 +136,8 @@ class TuneRow:
     weight: float | None
     rrf_k: int | None
     metrics: dict[str, float]
+    #: the hybrid first stage whose window this row reranked (``None``: BM25's window)
+    first_stage: ListFusion | None = None
 
     @property
     def model_weight(self) -> float:
@@ -152,6 +153,8 @@ class TuneRow:
             parts.append(f"w {self.weight:g}")
         if self.rrf_k is not None:
             parts.append(f"k {self.rrf_k}")
+        if self.first_stage is not None:
+            parts.append(f"on hybrid-{self.first_stage.label()}")
         return ", ".join(parts)
 
 
@@ -246,12 +249,9 @@ def fetch_runs(
     gateway_url: str, settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_field: str | tuple[str, ...]
 ) -> list[QueryRuns]:
     """Engine order, augmented order and the largest reranked window of every query, through the gateway.
-
-    ``text_field`` is the field queried (``match``), or a tuple of fields (``multi_match``).
-
-    A query whose rerank failed (the gateway failed open) gets ``window=None`` and is logged: its fusion
-    rows use the augmented order, as the gateway would have served it.
-    """
+    ``text_field`` is the field queried (``match``), or a tuple of fields (``multi_match``). A query whose rerank
+    failed (the gateway failed open) gets ``window=None`` and is logged: its fusion rows use the augmented order,
+    as the gateway would have served it."""
     import httpx
 
     from jingpai.plugin.tune_hybrid import fetch_candidates
@@ -306,8 +306,9 @@ def grid(settings: TuneSettings) -> list[tuple[str, FusionSpec]]:
 
 
 def measure(settings: TuneSettings, runs: Sequence[QueryRuns]) -> list[TuneRow]:
-    """The table: the engine and augmented baselines, every fusion × window, then (``hybrid``) the hybrid rows."""
-    from jingpai.plugin.tune_hybrid import hybrid_rows
+    """The table: the engine and augmented baselines, every fusion × window, then (``hybrid``) the hybrid first-stage
+    rows and the hybrid + rerank rows."""
+    from jingpai.plugin.tune_hybrid import hybrid_rows, pipeline_rows
     from jingpai.reranker.evaluate import evaluate_rankings
 
     relevant = {r.query.qid: r.query.relevant for r in runs}
@@ -326,7 +327,10 @@ def measure(settings: TuneSettings, runs: Sequence[QueryRuns]) -> list[TuneRow]:
             rankings = {r.query.qid: fused_ranking(r, spec, window, depth) for r in runs}
             weight = None if mode == "replace" else spec.weight
             rows.append(TuneRow(mode, window, weight, spec.rrf_k if mode == "rrf" else None, metrics(rankings)))
-    return rows + (hybrid_rows(settings, runs, metrics, row=TuneRow) if settings.hybrid else [])
+    if settings.hybrid:
+        rows += hybrid_rows(settings, runs, metrics, row=TuneRow)
+        rows += pipeline_rows(settings, runs, metrics, row=TuneRow, bm25_ranking=fused_ranking)
+    return rows
 
 
 def never_worse(row: TuneRow, baseline: TuneRow) -> bool:
@@ -335,24 +339,39 @@ def never_worse(row: TuneRow, baseline: TuneRow) -> bool:
     return all(round(row.metrics[f"P@{k}"], 12) >= round(baseline.metrics[f"P@{k}"], 12) for k in CUTOFFS)
 
 
-def best_row(rows: Sequence[TuneRow], metric: str, *, never_worse_than: str | None = None) -> TuneRow:
-    """The fusion row with the highest ``metric``; ties: the larger model weight, then the smaller window.
+def _safe(candidates: list[TuneRow], rows: Sequence[TuneRow], never_worse_than: str | None, what: str) -> list[TuneRow]:
+    """``candidates`` at least the ``never_worse_than`` baseline row at every P@k (all of them, logged, when none is)."""
+    if never_worse_than is None:
+        return candidates
+    baseline = next((r for r in rows if r.fusion == never_worse_than and r.window is None), None)
+    if baseline is None:
+        raise TuneError(f"never_worse_than must name a baseline row (engine or augmented), got {never_worse_than!r}")
+    safe = [r for r in candidates if never_worse(r, baseline)]
+    if not safe:
+        logger.warning("no %s setting is at least the %s order at every P@k on these queries: choosing among all of them", what,
+                       never_worse_than)
+    return safe or candidates
 
-    With ``never_worse_than`` (``engine`` or ``augmented``), only rows at least that baseline at every P@k
-    compete (:func:`never_worse`); when no fusion row qualifies, every row does, and that is logged.
-    """
-    candidates = [r for r in rows if r.window is not None and not r.fusion.startswith("hybrid")]
-    if never_worse_than is not None:
-        baseline = next((r for r in rows if r.fusion == never_worse_than and r.window is None), None)
-        if baseline is None:
-            raise TuneError(f"never_worse_than must name a baseline row (engine or augmented), got {never_worse_than!r}")
-        safe = [r for r in candidates if never_worse(r, baseline)]
-        if safe:
-            candidates = safe
-        else:
-            logger.warning("no fusion setting is at least the %s order at every P@k on these queries: choosing among all of them",
-                           never_worse_than)
+
+def best_row(rows: Sequence[TuneRow], metric: str, *, never_worse_than: str | None = None) -> TuneRow:
+    """The fusion row (a rerank of BM25's window) with the highest ``metric``; ties: the larger model weight, then
+    the smaller window. With ``never_worse_than`` (``engine`` or ``augmented``), only rows at least that baseline at
+    every P@k compete (:func:`never_worse`); when no fusion row qualifies, every row does, and that is logged."""
+    candidates = [r for r in rows if r.window is not None and r.first_stage is None and not r.fusion.startswith("hybrid")]
+    candidates = _safe(candidates, rows, never_worse_than, "fusion")
     return max(candidates, key=lambda r: (round(r.metrics[metric], 12), r.model_weight, -(r.window or 0)))
+
+
+def best_pipeline(rows: Sequence[TuneRow], metric: str, *, never_worse_than: str | None = None) -> TuneRow | None:
+    """The hybrid + rerank row (:func:`~jingpai.plugin.tune_hybrid.pipeline_rows`) with the highest ``metric`` (ties:
+    larger model weight, smaller window, larger kNN weight; ``None``: no such rows); ``never_worse_than``: see
+    :func:`best_row`."""
+    candidates = [r for r in rows if r.first_stage is not None]
+    if not candidates:
+        return None
+    candidates = _safe(candidates, rows, never_worse_than, "hybrid + rerank")
+    return max(candidates, key=lambda r: (round(r.metrics[metric], 12), r.model_weight, -(r.window or 0),
+                                          -(r.first_stage.weight if r.first_stage else 0.0)))
 
 
 def run_tune(settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_field: str | tuple[str, ...]) -> list[TuneRow]:
@@ -367,7 +386,8 @@ def run_tune(settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_f
     gateway_settings = GatewaySettings(**{
         **base, "engine_url": settings.engine_url, "reranker_url": settings.reranker_url, "dict_dirs": settings.dict_dirs,
         "embed_url": settings.embed_url or base.get("embed_url"), "embed_timeout_ms": max(int(base.get("embed_timeout_ms", 0)), 300_000),
-        "window": largest, "max_window": max(largest, int(base.get("max_window", 500))),
+        # --hybrid reranks every hybrid candidate once: a window of twice the depth
+        "window": largest, "max_window": max(2 * settings.depth, largest, int(base.get("max_window", 500))),
         # tuning measures the model: a slow rerank must finish, not fail open
         "timeout_ms": max(int(base.get("timeout_ms", 0)), 300_000), "meta_ttl_s": 3600.0,
     })
@@ -376,7 +396,5 @@ def run_tune(settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_f
     return measure(settings, runs)
 
 
-__all__ = [
-    "METRICS", "LabelledQuery", "QueryRuns", "TuneError", "TuneRow", "TuneSettings", "best_row", "fetch_runs", "fused_ranking",
-    "grid", "measure", "never_worse", "queries_from_pairs", "queries_from_trec", "run_tune",
-]
+__all__ = ["METRICS", "LabelledQuery", "QueryRuns", "TuneError", "TuneRow", "TuneSettings", "best_pipeline", "best_row", "fetch_runs",
+           "fused_ranking", "grid", "measure", "never_worse", "queries_from_pairs", "queries_from_trec", "run_tune"]

@@ -1,14 +1,25 @@
-"""``jingpai tune --hybrid``: the hybrid first stage's fusion and BM25 weight, measured like the rerank fusion.
+"""``jingpai tune --hybrid``: the hybrid first stage's fusion and BM25 weight, and the rerank on top of it, measured
+like the rerank fusion.
 
 Each query's hybrid candidates are fetched **once** through the gateway (:func:`fetch_candidates`): a hybrid
-search with ``rrf`` at BM25 weight 0 and ``k`` = depth, ``size`` = 2 × depth, not reranked. At weight 0 every kNN
-hit ranks before every BM25-only hit and BM25-only hits keep BM25's order, so the answer holds the whole kNN list
-and at least BM25's top ``depth``, each hit with its ``_jingpai.bm25_rank``, ``bm25_score``, ``knn_rank`` and
-``knn_score``. Every hybrid fusion × weight is then fused offline from those lists with
-:class:`~jingpai.reranker.fusion.ListFusion`, the class the gateway runs (:func:`hybrid_rows`).
+search with ``rrf`` at BM25 weight 0 and ``k`` = depth, ``size`` = 2 × depth, reranked with ``fusion=replace`` over
+all of them (window 2 × depth). At weight 0 every kNN hit ranks before every BM25-only hit and BM25-only hits keep
+BM25's order, so the answer holds the whole kNN list and at least BM25's top ``depth``, each hit with its
+``_jingpai.bm25_rank``, ``bm25_score``, ``knn_rank``, ``knn_score`` and ``model_score``. Every hybrid fusion ×
+weight is then fused offline from those lists with :class:`~jingpai.reranker.fusion.ListFusion`, the class the
+gateway runs, and every rerank fusion × window from those model scores with
+:class:`~jingpai.reranker.fusion.FusionSpec`, as the gateway does (a bi- or cross-encoder scores each document on
+its own, so a window's scores do not depend on the rest of it).
 
-The rows measure the first stage itself (no rerank): what the hybrid weight decides is which candidates reach the
-rerank window. ``knn`` is the kNN list alone.
+Rows:
+
+- ``hybrid-rrf`` / ``hybrid-linear`` (:func:`hybrid_rows`): the first stage itself (no rerank) — what the hybrid
+  weight decides is which candidates reach the rerank window; ``knn`` is the kNN list alone.
+- the pipeline a search on an index with vectors runs (:func:`pipeline_rows`): each of those first stages, its top
+  ``window`` reranked (``replace``, or ``linear`` at each engine weight, the engine score being the hybrid fusion's
+  score as in the gateway), the rest of the fused list after it. A rerank fusion chosen on BM25's windows is not
+  the best one on hybrid windows (their engine scores are fused ranks, not BM25 scores), so the two are chosen
+  together (:func:`jingpai.plugin.tune.best_pipeline`).
 """
 
 from __future__ import annotations
@@ -17,7 +28,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jingpai.reranker.fusion import ListFusion
+from jingpai.reranker.fusion import FusionSpec, ListFusion, fused_order
 
 # the tuning's own types (TuneSettings, QueryRuns, TuneRow) are :mod:`jingpai.plugin.tune`'s, which imports this
 # module: they are passed in, not imported, so the two modules form no import cycle
@@ -25,29 +36,35 @@ TuneSettings = QueryRuns = TuneRow = Any
 
 logger = logging.getLogger(__name__)
 
-Candidate = tuple[str, int | None, float | None, int | None, float | None]
+#: ``(id, bm25_rank, bm25_score, knn_rank, knn_score, model_score)`` (``model_score`` ``None``: not reranked)
+Candidate = tuple[str, int | None, float | None, int | None, float | None, float | None]
 
 
 def fetch_candidates(search: Callable[..., dict], body: dict, depth: int, *, qid: str) -> list[Candidate] | None:
-    """A query's hybrid candidates ``(id, bm25_rank, bm25_score, knn_rank, knn_score)`` (``None``: the gateway
-    did not run it hybrid, logged; its hybrid rows use BM25's order)."""
+    """A query's hybrid candidates ``(id, bm25_rank, bm25_score, knn_rank, knn_score, model_score)`` (``None``: the
+    gateway did not run it hybrid, logged; its hybrid rows use BM25's order). ``model_score`` is ``None`` for every
+    candidate when the rerank failed open (logged; its pipeline rows serve the hybrid order, as the gateway would)."""
     hybrid = {"enabled": True, "k": depth, "fusion": "rrf", "weight": 0.0}
-    answer = search({**body, "size": 2 * depth, "ext": {"jingpai": {"hybrid": hybrid}}}, jingpai="augment")
+    ext = {"hybrid": hybrid, "window": 2 * depth, "fusion": "replace"}
+    answer = search({**body, "size": 2 * depth, "ext": {"jingpai": ext}}, jingpai="rerank")
     info = answer["jingpai"].get("hybrid") or {"reason": "index_without_vectors"}
     if not info.get("applied"):
         logger.warning("query %s was not run hybrid (%s): its hybrid rows use BM25's order", qid, info.get("reason"))
         return None
+    if not answer["jingpai"].get("reranked"):
+        logger.warning("query %s: the hybrid window was not reranked (%s): its pipeline rows serve the hybrid order", qid,
+                       answer["jingpai"].get("reason"))
     out: list[Candidate] = []
     for hit in answer["hits"]["hits"]:
         j = hit.get("_jingpai") or {}
-        out.append((hit["_id"], j.get("bm25_rank"), j.get("bm25_score"), j.get("knn_rank"), j.get("knn_score")))
+        out.append((hit["_id"], j.get("bm25_rank"), j.get("bm25_score"), j.get("knn_rank"), j.get("knn_score"), j.get("model_score")))
     return out
 
 
 def lists_of(candidates: Sequence[Candidate], depth: int) -> tuple[list[tuple[str, float | None]], list[tuple[str, float | None]]]:
     """BM25's top ``depth`` and the kNN list, each in its own order.
 
-    >>> lists_of([("a", 2, 3.0, 1, 0.9), ("b", 1, 5.0, None, None), ("c", None, None, 2, 0.8)], 10)
+    >>> lists_of([("a", 2, 3.0, 1, 0.9, None), ("b", 1, 5.0, None, None, None), ("c", None, None, 2, 0.8, None)], 10)
     ([('b', 5.0), ('a', 3.0)], [('a', 0.9), ('c', 0.8)])
     """
     bm25 = sorted((c for c in candidates if c[1] is not None and c[1] <= depth), key=lambda c: c[1])  # type: ignore[arg-type, return-value]
@@ -82,6 +99,58 @@ def hybrid_rows(settings: TuneSettings, runs: Sequence[QueryRuns], metrics: Call
     return rows
 
 
+def hybrid_list(candidates: Sequence[Candidate], fusion: ListFusion, depth: int) -> list[tuple[str, float, float | None]]:
+    """The gateway's hybrid list for ``fusion``, best first: ``(id, fused score, model score)`` over BM25's top
+    ``depth`` and the kNN list (what a search of ``size`` = ``depth`` on an index with vectors fuses).
+
+    >>> cands = [("a", 2, 3.0, 1, 0.9, 0.1), ("b", 1, 5.0, None, None, 0.7), ("c", None, None, 2, 0.8, 0.9)]
+    >>> [(doc, round(score, 3), model) for doc, score, model in hybrid_list(cands, ListFusion(mode="linear", weight=0.5), 10)]
+    [('b', 0.5, 0.7), ('a', 0.5, 0.1), ('c', 0.0, 0.9)]
+    """
+    bm25, knn = lists_of(candidates, depth)
+    model = {c[0]: c[5] for c in candidates}
+    return [(c.id, c.score, model.get(c.id)) for c in fusion.fuse(bm25, knn)]
+
+
+def reranked(hybrid: Sequence[tuple[str, float, float | None]], spec: FusionSpec, window: int, depth: int) -> list[str]:
+    """The ranking the gateway serves: the hybrid list's top ``window`` fused with the model by ``spec`` (its
+    engine score is the hybrid fusion's), then the rest of the hybrid list, ``depth`` ids in all. A window without
+    model scores (the rerank failed open) keeps the hybrid order, as the gateway serves it.
+
+    >>> lst = [("a", 0.5, 0.1), ("b", 0.5, 0.7), ("c", 0.0, 0.9)]
+    >>> reranked(lst, FusionSpec(mode="replace"), 2, 10), reranked(lst, FusionSpec(mode="linear", weight=1.0), 3, 2)
+    (['b', 'a', 'c'], ['a', 'b'])
+    """
+    head = list(hybrid[:window])
+    if any(model is None for _, _, model in head):
+        return [doc for doc, _, _ in hybrid][:depth]
+    fused = spec.fuse([h[1] for h in head], [h[2] for h in head], engine_ranks=range(1, len(head) + 1))  # type: ignore[misc]
+    order = [head[i][0] for i in fused_order(fused)]
+    return (order + [doc for doc, _, _ in hybrid[window:]])[:depth]
+
+
+def pipeline_rows(settings: TuneSettings, runs: Sequence[QueryRuns], metrics: Callable[[dict[str, list[str]]], dict[str, float]], *,
+                  row: Callable[..., TuneRow], bm25_ranking: Callable[[QueryRuns, FusionSpec, int, int], list[str]]) -> list[TuneRow]:
+    """One row per hybrid first stage (:func:`hybrid_grid`) × window × rerank fusion (``replace``, ``linear`` at
+    each engine weight), each row's ``first_stage`` naming its hybrid fusion. A query the gateway did not run hybrid
+    gets ``bm25_ranking(run, spec, window, depth)``: its BM25 window reranked by the same fusion (what the gateway
+    serves then; :func:`jingpai.plugin.tune.fused_ranking`)."""
+    depth = settings.depth
+    specs = [FusionSpec(mode="replace")] + [FusionSpec(mode="linear", weight=w) for w in settings.weights]
+    rows = []
+    for _, first in hybrid_grid(settings):
+        lists = {r.query.qid: None if r.hybrid is None else hybrid_list(r.hybrid, first, depth) for r in runs}
+        for window in settings.windows:
+            for spec in specs:
+                rankings = {}
+                for r in runs:
+                    served = lists[r.query.qid]
+                    rankings[r.query.qid] = bm25_ranking(r, spec, window, depth) if served is None else reranked(served, spec, window, depth)
+                weight = None if spec.mode == "replace" else spec.weight
+                rows.append(row(spec.mode, window, weight, None, metrics(rankings), first_stage=first))
+    return rows
+
+
 def best_hybrid(rows: Sequence[TuneRow], metric: str) -> TuneRow | None:
     """The hybrid row with the highest ``metric`` (ties: the larger kNN weight); ``None``: no hybrid rows."""
     candidates = [r for r in rows if r.fusion.startswith("hybrid-")]
@@ -91,11 +160,16 @@ def best_hybrid(rows: Sequence[TuneRow], metric: str) -> TuneRow | None:
 
 
 def settings_lines(row: TuneRow) -> dict[str, Any]:
-    """The gateway settings of a hybrid row (``hybrid_fusion``, ``hybrid_weight``, ``hybrid_rrf_k``)."""
+    """The gateway settings of a hybrid row (``hybrid_fusion``, ``hybrid_weight``, ``hybrid_rrf_k``), or of a hybrid
+    + rerank row's first stage."""
+    if row.first_stage is not None:
+        first: ListFusion = row.first_stage
+        return {"hybrid_fusion": first.mode, "hybrid_weight": first.weight, **({"hybrid_rrf_k": first.rrf_k} if first.mode == "rrf" else {})}
     values: dict[str, Any] = {"hybrid_fusion": row.fusion.removeprefix("hybrid-"), "hybrid_weight": row.weight}
     if row.rrf_k is not None:
         values["hybrid_rrf_k"] = row.rrf_k
     return values
 
 
-__all__ = ["best_hybrid", "fetch_candidates", "hybrid_grid", "hybrid_rows", "lists_of", "settings_lines"]
+__all__ = ["best_hybrid", "fetch_candidates", "hybrid_grid", "hybrid_list", "hybrid_rows", "lists_of", "pipeline_rows",
+           "reranked", "settings_lines"]

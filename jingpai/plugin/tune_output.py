@@ -22,32 +22,52 @@ def _toml_value(value: Any) -> str:
     return json.dumps(str(value), ensure_ascii=False)  # a TOML basic string
 
 
-def settings_file(settings: TuneSettings, row: TuneRow, *, queries: int, hybrid: TuneRow | None = None) -> str:
-    """A ``jingpai gateway --config`` file: the base settings with the best window and fusion (and, with
-    ``hybrid``, the best hybrid fusion and BM25 weight)."""
+def settings_file(settings: TuneSettings, row: TuneRow, *, queries: int, hybrid: TuneRow | None = None,
+                  pipeline: TuneRow | None = None) -> str:
+    """A ``jingpai gateway --config`` file: the base settings with the best window and fusion.
+
+    With ``pipeline`` (the best hybrid + rerank row, :func:`~jingpai.plugin.tune_hybrid.best_pipeline`): when it is
+    at least ``row`` (the best rerank of BM25's window) on the metric, its hybrid fusion, BM25 weight and rerank fusion
+    are written with ``hybrid = true`` — the rerank fusion is the one chosen on hybrid windows, which is what an index
+    with vectors reranks; otherwise ``row``'s with ``hybrid = false`` (on these queries kNN does not pay for itself).
+    ``hybrid`` (the best first stage alone) is written only without ``pipeline``.
+    """
     from jingpai.plugin.tune_hybrid import settings_lines
 
+    metric = settings.metric
+    use_pipeline = pipeline is not None and round(pipeline.metrics[metric], 12) >= round(row.metrics[metric], 12)
+    chosen = pipeline if use_pipeline and pipeline is not None else row
     values: dict[str, Any] = {k: v for k, v in settings.base.items() if k != "indices"}
     values.update({"engine_url": settings.engine_url, "reranker_url": settings.reranker_url})
     if settings.dict_dirs:
         values["dict_dirs"] = [str(d) for d in settings.dict_dirs]
-    values.update({"window": row.window, "fusion": row.fusion})
-    if row.weight is not None:
-        values["fusion_weight"] = row.weight
-    if row.rrf_k is not None:
-        values["rrf_k"] = row.rrf_k
-    if row.window is not None and row.window > int(values.get("max_window", 500)):
-        values["max_window"] = row.window
+    values.update({"window": chosen.window, "fusion": chosen.fusion})
+    if chosen.weight is not None:
+        values["fusion_weight"] = chosen.weight
+    if chosen.rrf_k is not None:
+        values["rrf_k"] = chosen.rrf_k
+    if chosen.window is not None and chosen.window > int(values.get("max_window", 500)):
+        values["max_window"] = chosen.window
     if settings.embed_url:
         values["embed_url"] = settings.embed_url
-    scores = ", ".join(f"{m} {row.metrics[m]:.4f}" for m in METRICS)
+
+    def scores(r: TuneRow) -> str:
+        return ", ".join(f"{m} {r.metrics[m]:.4f}" for m in METRICS)
+
     lines = [
-        f"# written by `jingpai tune` on index {settings.index}: best {settings.metric} over {queries} queries",
-        f"# {row.label()}: {scores}",
+        f"# written by `jingpai tune` on index {settings.index}: best {metric} over {queries} queries",
+        f"# {chosen.label()}: {scores(chosen)}",
     ]
-    if hybrid is not None:
+    if pipeline is not None:
+        values["hybrid"] = use_pipeline
+        if use_pipeline:
+            values.update(settings_lines(pipeline))
+            lines.append(f"# BM25 + rerank's best, {row.label()}: {scores(row)}")
+        else:
+            lines.append(f"# hybrid off: hybrid + rerank's best {metric} is below BM25 + rerank's; {pipeline.label()}: {scores(pipeline)}")
+    elif hybrid is not None:
         values.update(settings_lines(hybrid))
-        lines.append(f"# first stage {hybrid.label()}: " + ", ".join(f"{m} {hybrid.metrics[m]:.4f}" for m in METRICS))
+        lines.append(f"# first stage {hybrid.label()}: {scores(hybrid)}")
     lines.append("[gateway]")
     lines += [f"{key} = {_toml_value(value)}" for key, value in values.items() if value is not None]
     for name, overrides in (settings.base.get("indices") or {}).items():  # kept: they still win for their indices
@@ -65,11 +85,11 @@ def plot(rows: Sequence[TuneRow], path: str | Path, *, metric: str) -> Path:
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5), sharey=True)
     baselines = {r.fusion: r.metrics[metric] for r in rows if r.window is None}
     largest = max(r.window for r in rows if r.window is not None)
-    replace = next((r.metrics[metric] for r in rows if r.fusion == "replace" and r.window == largest), None)
+    replace = next((r.metrics[metric] for r in rows if r.fusion == "replace" and r.window == largest and r.first_stage is None), None)
     for ax, mode in zip(axes, ("linear", "rrf")):
         lines: dict[tuple[int, int | None], list[tuple[float, float]]] = defaultdict(list)
         for r in rows:
-            if r.fusion == mode and r.window is not None and r.weight is not None:
+            if r.fusion == mode and r.window is not None and r.weight is not None and r.first_stage is None:
                 lines[(r.window, r.rrf_k)].append((r.weight, r.metrics[metric]))
         for (window, k), points in sorted(lines.items(), key=lambda kv: (kv[0][0], kv[0][1] or 0)):
             points.sort()

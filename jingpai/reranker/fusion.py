@@ -204,6 +204,14 @@ class ListFusion:
         """The mode and the parameters it uses, e.g. ``{"mode": "rrf", "weight": 0.5, "rrf_k": 60}``."""
         return {"mode": self.mode, "weight": self.weight, **({"rrf_k": self.rrf_k} if self.mode == "rrf" else {})}
 
+    def label(self) -> str:
+        """A short name for tables and logs.
+
+        >>> ListFusion(mode="rrf", weight=0.3, rrf_k=10).label(), ListFusion(mode="linear", weight=1).label()
+        ('rrf w 0.3 k 10', 'linear w 1')
+        """
+        return f"{self.mode} w {self.weight:g}" + (f" k {self.rrf_k}" if self.mode == "rrf" else "")
+
     def fuse(self, first: Sequence[tuple[str, float | None]], second: Sequence[tuple[str, float | None]]) -> list[FusedCandidate]:
         """The union of two ranked lists of ``(id, score)`` (best first), best fused first.
 

@@ -84,8 +84,9 @@ def test_index_with_vectors_then_knn_finds_each_document_first(
     vector_engine: Engine, alias: str, tmp_path: Path, model_dir: Path, embedder: ModelEmbedder,
 ) -> None:
     corpus = _corpus(tmp_path, [*DOCS[:3], BLANK, *DOCS[3:], EMPTY])
+    # batches of 3: the next batch is embedded while this one is built, and each vector must stay with its document
     code, output = _index(corpus, "--index", alias, "--engine", vector_engine.url, "--id-field", "id", "--vectors", model_dir,
-                          "--quarantine-dir", tmp_path, "--max-rejected", "0.5", "--no-progress")
+                          "--quarantine-dir", tmp_path, "--max-rejected", "0.5", "--no-progress", "--batch-size", "3")
     assert code == 0, output
     assert "read 8 / indexed 6 / rejected 2" in output
 

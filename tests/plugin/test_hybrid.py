@@ -22,7 +22,7 @@ from jingpai.engine.client import Engine
 from jingpai.indexer.pipeline import IndexSettings, index_corpus
 from jingpai.plugin.gateway import create_app
 from jingpai.plugin.settings import GatewaySettings
-from jingpai.reranker.fusion import ListFusion
+from jingpai.reranker.fusion import FusionSpec, ListFusion
 from jingpai.reranker.service import ServiceSettings
 from jingpai.reranker.service import create_app as create_service_app
 from tests.plugin.conftest import corpus, free_port, ids, serve
@@ -264,9 +264,43 @@ def test_tune_measures_the_hybrid_weight_and_writes_it(vector_engine: Engine, ve
     # w = 1 keeps BM25's hits first; for q0 BM25 has none, so the kNN hits (weight 0, in their own order) fill the list
     assert rows[("hybrid-linear", 1.0, None)]["P@1"] == 1.0
     assert rows[("hybrid-rrf", 0.5, 60)]["P@1"] >= rows[("augmented", None, None)]["P@1"]
+    # the reranked hybrid windows: every first stage × rerank fusion, named by its first stage
+    pipeline = [r for r in json.loads((out / "tune.json").read_text()) if r["first_stage"] is not None]
+    assert len(pipeline) == (3 + 3) * (1 + 3)  # (linear + rrf) × weights, each × (replace + linear × weights)
+    assert {(r["fusion"], r["weight"]) for r in pipeline} == {("replace", None), ("linear", 0.0), ("linear", 0.5), ("linear", 1.0)}
+    assert max(r["P@1"] for r in pipeline) == 1.0  # h01 (kNN only) and d01 both first
     written = load_config_file(out / "gateway.toml")
+    assert written["hybrid"] is True  # hybrid + rerank (P@1 1.0) beats BM25 + rerank (q0 has no BM25 hit)
     assert written["hybrid_fusion"] in ("rrf", "linear") and written["hybrid_weight"] in (0.0, 0.5)  # kNN helps here: w < 1
     assert "best hybrid first stage by P@1: hybrid-" in result.output
+    assert "best hybrid + rerank by P@1: " in result.output and ", on hybrid-" in result.output
+
+
+@pytest.mark.parametrize(("first", "spec"), [
+    (ListFusion(mode="rrf", weight=0.3, rrf_k=10), FusionSpec(mode="linear", weight=0.4)),
+    (ListFusion(mode="linear", weight=0.7), FusionSpec(mode="replace")),
+    (ListFusion(mode="linear", weight=0.5), FusionSpec(mode="linear", weight=0.8)),
+])
+def test_tune_pipeline_rankings_are_what_the_gateway_serves(vector_engine: Engine, vector_index: str, bi_url: str, dictionary,
+                                                            first: ListFusion, spec: FusionSpec) -> None:
+    """The offline hybrid + rerank ranking ``jingpai tune`` scores is the page the gateway serves with those settings."""
+    from jingpai.plugin.tune import LabelledQuery, TuneSettings, fetch_runs
+    from jingpai.plugin.tune_hybrid import hybrid_list, reranked
+
+    settings = TuneSettings(engine_url=vector_engine.url, index=vector_index, reranker_url=bi_url, dict_dirs=(dictionary[1],),
+                            windows=(5,), hybrid=True)
+    queries = [LabelledQuery("q0", "ABC123", {"h01": 1}), LabelledQuery("q1", "中国经济增长", {"d01": 1})]
+    with serve(create_app(gateway_settings(vector_engine, bi_url, dictionary))) as gw:
+        runs = fetch_runs(gw.url, settings, queries, text_field="title")
+        for run in runs:
+            assert run.hybrid is not None and all(c[5] is not None for c in run.hybrid)
+            expected = reranked(hybrid_list(run.hybrid, first, settings.depth), spec, 5, settings.depth)
+            hybrid = {"enabled": True, "fusion": first.mode, "weight": first.weight, **({"rrf_k": first.rrf_k} if first.mode == "rrf" else {})}
+            ext = {"window": 5, "fusion": spec.mode, "hybrid": hybrid, **({"fusion_weight": spec.weight} if spec.mode != "replace" else {})}
+            body = {"query": {"match": {"title": run.query.text}}, "size": settings.depth, "_source": False, "ext": {"jingpai": ext}}
+            served = post(gw.url, vector_index, body, jingpai="rerank")
+            assert served["jingpai"]["reranked"] and served["jingpai"]["hybrid"]["applied"]
+            assert [h["_id"] for h in served["hits"]["hits"]] == expected, run.query.text
 
 
 # ------------------------------------------------------------------ the demo UI
