@@ -177,8 +177,9 @@ def run(settings: ReportSettings) -> list[Table]:
                                model=f"embedder {EMBEDDER}: {RECIPES[EMBEDDER].describe()}; reranker {RERANKER}: {RECIPES[RERANKER].describe()}; "
                                      f"dictionary {dictionary.version} ({sources})"),
                 notes=[PAPER, PROTOCOLS, f"index: {report.indexed} docs with {embedder.dims}-d vectors of {embedder.model_id} into "
-                       f"{report.physical_index}; kNN: {KNN_CANDIDATES} HNSW candidates; gateway window {DEPTH}; the rerank row's "
-                       f"linear fusion weight {weight:g} was tuned on training queries (retrieval section)."],
+                       f"{report.physical_index}; kNN: {KNN_CANDIDATES} HNSW candidates; gateway window {DEPTH}"
+                       + (f"; the rerank row's linear fusion weight {weight:g} was tuned on training queries (retrieval section)."
+                          if settings.wants(f"hybrid.{name}.{kind}.rerank") else ".")],
             )
             with ExitStack() as stack, httpx.Client(timeout=600) as client:
                 embed_url = stack.enter_context(rerank_service(embed_model, name=EMBEDDER))

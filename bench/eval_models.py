@@ -121,7 +121,8 @@ def _qa_recipes(name: str, folder: tuple[str, ...], train: str, dev: str) -> dic
     }
     # the word models again with their word vectors started from USE-multilingual v3's piece table, which covers
     # English too (issue 31: the papers start from GloVe; random vectors are what the rows above start from)
-    return {**recipes, **{f"{key}-use": replace(recipes[key], init_embeddings="use") for key in (f"{name}-hcan", f"{name}-iasm")}}
+    # (named use-hcan, use-iasm: report rows are picked by prefix, and qa.trecqa.hcan must not pick these too)
+    return {**recipes, **{f"{name}-use-{arch}": replace(recipes[f"{name}-{arch}"], init_embeddings="use") for arch in ("hcan", "iasm")}}
 
 
 #: the Chinese training mix (data README: training splits only); NLI entailment = match, contradiction = not

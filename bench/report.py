@@ -172,16 +172,22 @@ def _retrieval_lines(t: Table) -> list[str]:
 def _hybrid_lines(t: Table) -> list[str]:
     """One summary line of a hybrid first-stage table: first-stage recall of BM25, kNN and hybrid, and P@1 / P@10
     of the reranked hybrid window (issue 32's goals: hybrid hit@20 ≥ BM25's + 0.10; P@10 end to end)."""
-    by = {r.cells["method"].split(" (")[0].split(",")[0]: r.cells for r in t.rows}
+    by: dict[str, dict] = {}
+    for r in t.rows:  # the gateway-default rows by their name; the rows tuned per data set apart (", tuned")
+        name = r.cells["method"].split(" (")[0]
+        by.setdefault(name if name.endswith(", tuned") else name.split(",")[0], r.cells)
     bm25, knn, hybrid = by.get("BM25 + dictionary"), next((c for k, c in by.items() if k.startswith("kNN")), None), by.get("hybrid BM25 + kNN")
-    rerank = next((c for k, c in by.items() if k.startswith("hybrid + rerank")), None)
+    rerank = next((c for k, c in by.items() if k.startswith("hybrid + rerank") and not k.endswith("tuned")), None)
+    tuned = next((c for k, c in by.items() if k.startswith("hybrid + rerank") and k.endswith("tuned")), None)
     hit = next((c for c in t.columns if c.startswith("hit@")), None)
     if not (bm25 and hybrid and hit):
         return []
     parts = [f"first-stage {hit} BM25 {_num(bm25[hit]):.3f}" + (f", kNN {_num(knn[hit]):.3f}" if knn else "")
              + f", hybrid {_num(hybrid[hit]):.3f} ({(_num(hybrid[hit]) or 0) - (_num(bm25[hit]) or 0):+.3f} over BM25)"]
-    if rerank:
-        parts.append(f"hybrid + rerank P@1 {_num(rerank['P@1']):.3f}, P@10 {_num(rerank['P@10']):.3f} (BM25 alone {_num(bm25['P@1']):.3f} / {_num(bm25['P@10']):.3f})")
+    for label, row in (("hybrid + rerank", rerank), ("tuned per data set", tuned)):
+        if row:
+            parts.append(f"{label} P@1 {_num(row['P@1']):.3f}, P@10 {_num(row['P@10']):.3f}")
+    parts[-1] += f" (BM25 alone {_num(bm25['P@1']):.3f} / {_num(bm25['P@10']):.3f})"
     return [f"{t.title}: " + "; ".join(parts) + "."]
 
 
