@@ -14,11 +14,11 @@ checkout's java/opensearch-plugin; a free port, stopped afterwards; ``--engine``
    against ``?jingpai=augment``, and ``--fusion linear`` / ``rrf`` against ``?jingpai=rerank&jingpai_fusion=…``.
    Per mode: queries compared, identical ids + order, the largest score difference (goal: ≤ 1e-5), the first mismatch.
    The searches run one at a time (``--equality-clients 1``), so the reranker scores each window in a batch of its
-   own, for the gateway and for the node alike. Concurrent requests are merged into shared, length-sorted, padded
-   batches, which move a model score in its last bits (~2e-9 measured); linear fusion min-max normalises the model's
-   scores per window, and the tiny random model's scores span only ~5e-5 in a window, so that becomes ~4e-5 in the
-   fused score, and a near-tie in rrf can swap two hits: with 4 clients, 3 linear pages differed by > 1e-5 and 1 rrf
-   page in order, on both sides' inputs alike (batching, not Java vs Python; one at a time: 0).
+   own, for the gateway and for the node alike. The service merges concurrent requests into shared, length-sorted,
+   padded batches, which move a model score in its last bits (~2e-9 measured); linear fusion min-max normalises the
+   model's scores per window, and the tiny random model's scores span only ~5e-5 in a window, so that becomes ~4e-5
+   in the fused score, and a near-tie in rrf can swap two hits. From 4 clients, 3 linear pages and 2 rrf pages
+   differed so (batching noise, not Java vs Python); one at a time, none did (docs/opensearch-plugin.md).
    Then the reranker is stopped and the ``linear`` pipeline is searched again with every query: fail-open means 0
    failed searches, each with ``ext.jingpai.reranked: false`` (the flag counted) and the augmented engine order.
 2. **Latency.** Search p50/p90/p99 of gateway vs pipeline, augmentation alone and rerank (linear), at each of
@@ -272,8 +272,11 @@ def write_pipelines(engine: Any, index: str, reranker_url: str, dict_dir: Path, 
     processor = keywords_processor(read_meta(engine, index), Dictionary.load(dict_dir), GatewaySettings(engine_url=engine.url))
     engine.request("PUT", f"/_search/pipeline/{names['augment']}", body={"request_processors": [{"jingpai_keywords": processor}]})
     for fusion in ("linear", "rrf"):
-        settings = GatewaySettings(engine_url=engine.url, reranker_url=reranker_url, fusion=fusion, window=window, timeout_ms=TIMEOUT_MS)
-        write_pipeline(engine, index, settings, dict_dir=dict_dir, name=names[fusion])
+        # the gateway's breaker is held open-proof (--breaker-failures 1000000): so is the pipeline's, so both paths
+        # send every search to the reranker and fail open with the same reason
+        settings = GatewaySettings(engine_url=engine.url, reranker_url=reranker_url, fusion=fusion, window=window, timeout_ms=TIMEOUT_MS,
+                                   breaker_failures=1_000_000)
+        write_pipeline(engine, index, settings, dict_dir=dict_dir, name=names[fusion], breaker=("breaker_failures",))
     engine.put_index_settings(index, {"index.search.default_pipeline": None})
     return names
 

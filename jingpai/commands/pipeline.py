@@ -12,7 +12,8 @@ inside the node. This command writes the pipeline that makes it do for one index
   remote CLI cannot write; the inline form goes through the REST API (OpenSearch's default
   ``http.max_content_length`` is 100 MB) into the cluster state, like any pipeline;
 - ``jingpai_rerank`` (both halves, the same settings) gets the reranker, the fusion, the window and the
-  gateway's other defaults, with the index's text fields as the fields sent to the reranker;
+  gateway's other defaults, with the index's text fields as the fields sent to the reranker; the circuit
+  breaker's ``breaker_failures`` / ``breaker_reset_s`` only when given (the processor's defaults are the gateway's);
 - the pipeline becomes the index's ``index.search.default_pipeline`` (on an alias: on its physical indices,
   so run the command again after ``jingpai index`` builds a new one).
 """
@@ -20,6 +21,7 @@ inside the node. This command writes the pipeline that makes it do for one index
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
 #: the plugin's name in ``GET _nodes/plugins`` (its descriptor's ``name``)
 PLUGIN_NAME = "jingpai"
 FUSIONS = ("linear", "rrf", "replace")
+#: settings written only when given (the processor's defaults are the gateway's)
+BREAKER_SETTINGS = ("breaker_failures", "breaker_reset_s")
 _INSTALL_HINT = ("start a node with it (`jingpai engine up --kind opensearch --plugins jingpai`) or install it on yours "
                  "(`bin/opensearch-plugin install file:///…/jingpai-opensearch-<version>.zip`, then restart the node)")
 
@@ -95,10 +99,12 @@ def keywords_processor(meta: IndexMeta, dictionary: Dictionary | None, settings:
     }
 
 
-def rerank_processor(meta: IndexMeta, settings: GatewaySettings) -> dict[str, Any]:
-    """``jingpai_rerank`` with the gateway's settings (fields: the gateway's rerank fields, else the index's text fields)."""
+def rerank_processor(meta: IndexMeta, settings: GatewaySettings, *, breaker: Sequence[str] = ()) -> dict[str, Any]:
+    """``jingpai_rerank`` with the gateway's settings (fields: the gateway's rerank fields, else the index's text fields);
+    ``breaker``: the circuit-breaker settings (of :data:`BREAKER_SETTINGS`) also written, from ``settings`` (the others
+    are left to the processor, whose defaults are the gateway's)."""
     fusion = settings.fusion_for(None)
-    return {
+    processor = {
         "reranker_url": settings.reranker_url,
         "fields": list(settings.rerank_fields or meta.text_fields),
         "window": settings.window,
@@ -109,11 +115,14 @@ def rerank_processor(meta: IndexMeta, settings: GatewaySettings) -> dict[str, An
         "fusion_weight": fusion.weight,
         "rrf_k": fusion.rrf_k,
     }
+    processor.update({name: getattr(settings, name) for name in BREAKER_SETTINGS if name in breaker})
+    return processor
 
 
-def pipeline_body(meta: IndexMeta, dictionary: Dictionary | None, settings: GatewaySettings) -> dict[str, Any]:
-    """The whole pipeline: augmentation, then the rerank's request half; the rerank's response half."""
-    rerank = rerank_processor(meta, settings)
+def pipeline_body(meta: IndexMeta, dictionary: Dictionary | None, settings: GatewaySettings, *, breaker: Sequence[str] = ()) -> dict[str, Any]:
+    """The whole pipeline: augmentation, then the rerank's request half; the rerank's response half (``breaker``: with
+    ``settings``' circuit-breaker settings)."""
+    rerank = rerank_processor(meta, settings, breaker=breaker)
     return {
         "description": f"jingpai: keyword augmentation and rerank ({rerank['fusion']}) by {settings.reranker_url}",
         "request_processors": [{"jingpai_keywords": keywords_processor(meta, dictionary, settings)}, {"jingpai_rerank": rerank}],
@@ -171,7 +180,7 @@ def install_pipeline(engine: Engine, index: str, name: str, body: dict[str, Any]
 
 
 def write_pipeline(engine: Engine, index: str, settings: GatewaySettings, *, dict_dir: Path | None = None,
-                   name: str | None = None) -> dict[str, Any]:
+                   name: str | None = None, breaker: Sequence[str] = ()) -> dict[str, Any]:
     """Write the pipeline for ``index`` (a jingpai index or alias) on ``engine`` and set it as the index's default.
 
     Raises:
@@ -181,7 +190,7 @@ def write_pipeline(engine: Engine, index: str, settings: GatewaySettings, *, dic
     """
     require_plugin(engine)
     meta = _meta(engine, index)
-    body = pipeline_body(meta, _dictionary(meta, index, dict_dir), settings)
+    body = pipeline_body(meta, _dictionary(meta, index, dict_dir), settings, breaker=breaker)
     result = install_pipeline(engine, index, name or f"jingpai-{index}", body)
     rerank = body["response_processors"][0]["jingpai_rerank"]
     return {**result, "text_fields": list(meta.text_fields), "dict_version": meta.dict_version,
@@ -201,25 +210,32 @@ def write_pipeline(engine: Engine, index: str, settings: GatewaySettings, *, dic
 @click.option("--window", type=int, default=None, metavar="N", help="Top hits reranked (default: the gateway's, 20).")
 @click.option("--timeout-ms", type=int, default=None, metavar="MS",
               help="Reranker call timeout; past it the search fails open to the engine's order (default: the gateway's, 3000).")
+@click.option("--breaker-failures", type=int, default=None, metavar="N",
+              help="Consecutive reranker failures that open the circuit breaker (default: the processor's, the gateway's 3).")
+@click.option("--breaker-reset-s", type=float, default=None, metavar="S",
+              help="Seconds an open breaker fails searches open before one probe request (default: the processor's, the gateway's 10).")
 @click.option("--name", default=None, help="Pipeline name (default: jingpai-<index>).")
 @click.option("--print-only", is_flag=True, help="Print the pipeline (without the inline base dictionary) instead of writing it.")
 def pipeline_cmd(index: str, reranker: str, dict_dir: Path | None, engine: str, fusion: str, fusion_weight: float | None,
-                 window: int | None, timeout_ms: int | None, name: str | None, print_only: bool) -> None:
+                 window: int | None, timeout_ms: int | None, breaker_failures: int | None, breaker_reset_s: float | None,
+                 name: str | None, print_only: bool) -> None:
     """Write the jingpai OpenSearch plugin's search pipeline for INDEX and make it the index's default."""
     from jingpai.engine.client import connect
     from jingpai.plugin.settings import GatewaySettings
 
-    given = {k: v for k, v in (("fusion_weight", fusion_weight), ("window", window), ("timeout_ms", timeout_ms)) if v is not None}
+    given = {k: v for k, v in (("fusion_weight", fusion_weight), ("window", window), ("timeout_ms", timeout_ms),
+                               ("breaker_failures", breaker_failures), ("breaker_reset_s", breaker_reset_s)) if v is not None}
     settings = GatewaySettings(engine_url=engine, reranker_url=reranker, fusion=fusion, **given)  # type: ignore[arg-type]
+    breaker = tuple(name for name in BREAKER_SETTINGS if name in given)
     client = connect(engine)
     try:
         if print_only:
             meta = _meta(client, index)
-            body = pipeline_body(meta, _dictionary(meta, index, dict_dir), settings)
+            body = pipeline_body(meta, _dictionary(meta, index, dict_dir), settings, breaker=breaker)
             body["request_processors"][0]["jingpai_keywords"]["dictionary"]["base"] = "<jieba's dict.txt: word -> frequency>"
             click.echo(json.dumps(body, ensure_ascii=False, indent=2))
             return
-        click.echo(json.dumps(write_pipeline(client, index, settings, dict_dir=dict_dir, name=name), ensure_ascii=False))
+        click.echo(json.dumps(write_pipeline(client, index, settings, dict_dir=dict_dir, name=name, breaker=breaker), ensure_ascii=False))
     finally:
         client.close()
 

@@ -18,7 +18,6 @@ A job because it joins two core packages the layout keeps apart: the indexer (wh
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import logging
 from collections.abc import Callable, Sequence
@@ -28,12 +27,10 @@ from typing import Any
 import numpy as np
 
 from jingpai.errors import UserError
+from jingpai.reranker.identity import model_id
 
 logger = logging.getLogger(__name__)
 
-#: files that make a model what it is (config and weights); logs and reports next to them are not hashed
-_MODEL_FILE_SUFFIXES = (".json", ".pt", ".bin", ".safetensors", ".model", ".txt")
-_LOG_NAMES = ("train_log.jsonl",)
 #: what --vectors expects, quoted by every load error
 EXPECTED = "a saved bi-encoder folder (`jingpai train --model use-bi … --out DIR`: jingpai_model.json and model.pt)"
 #: texts per forward pass: use-bi's encoder embeds 64-piece windows 1.7x faster on CPU in batches of 128
@@ -45,18 +42,6 @@ _PROBE = "向量维度探测"
 
 class EmbedderLoadError(UserError, ValueError):
     """``--vectors`` names no loadable bi-encoder; the message names the path and what was expected."""
-
-
-def model_id(path: Path) -> str:
-    """``<folder name>@<12 hex>``: SHA-256 over the names and bytes of the folder's config and weights files."""
-    digest = hashlib.sha256()
-    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in _MODEL_FILE_SUFFIXES and p.name not in _LOG_NAMES)
-    for file in files:
-        digest.update(file.name.encode() + b"\0")
-        with file.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-    return f"{path.resolve().name}@{digest.hexdigest()[:12]}"
 
 
 class ModelEmbedder:

@@ -26,17 +26,22 @@ from pydantic import TypeAdapter, ValidationError
 
 from jingpai.errors import UnavailableError
 from jingpai.plugin.rerank_client import CircuitBreaker
+from jingpai.reranker.identity import digest
 
 logger = logging.getLogger(__name__)
 
 #: why an embedding failed: no answer in time, no connection, HTTP 429 (the service's queue is full or timed
 #: out), any other non-200 (a cross-encoder answers 400: it cannot embed), an answer that is not one vector
-#: of the index's dimension, the breaker open
-EmbedReason = Literal["embed_timeout", "embed_unreachable", "embed_overloaded", "embed_error", "embed_bad_response", "embed_circuit_open"]
+#: of the index's dimension, the breaker open, a served model other than the one the index's vectors come from
+EmbedReason = Literal["embed_timeout", "embed_unreachable", "embed_overloaded", "embed_error", "embed_bad_response", "embed_circuit_open",
+                      "embed_model_mismatch"]
 EMBED_REASONS: tuple[str, ...] = EmbedReason.__args__  # type: ignore[attr-defined]
 
 #: query texts whose vectors are kept (paging through one query's results embeds it once)
 CACHE_SIZE = 1024
+#: seconds the served model's identity (``GET /info``'s ``vector_model``) is trusted before it is asked again: a
+#: service restarted with other weights is noticed within this time
+IDENTITY_TTL_S = 30.0
 
 _RESPONSE = TypeAdapter(list[list[float]])
 
@@ -68,20 +73,47 @@ class EmbedClient:
         self._clock = clock
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s), trust_env=False)
         self._cache: LRUCache[tuple[str, int | None], list[float]] = LRUCache(maxsize=CACHE_SIZE)
+        self._identity: tuple[float, str | None] | None = None
 
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def embed(self, text: str, *, dims: int | None = None) -> list[float]:
+    async def served_model(self) -> str | None:
+        """The served model's identity (``/info``'s ``vector_model``, e.g. ``emb@1fe640341cd9``), asked at most once per
+        :data:`IDENTITY_TTL_S`; ``None``: the service does not say (TEI, a model not loaded from a folder) or ``/info``
+        did not answer (logged; the check is skipped, the embedding itself reports real failures)."""
+        now = self._clock()
+        if self._identity is not None and now - self._identity[0] < IDENTITY_TTL_S:
+            return self._identity[1]
+        identity = None
+        try:
+            resp = await self._client.get(f"{self.url}/info")
+            identity = resp.json().get("vector_model") if resp.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            logger.info("embedder at %s: /info did not say which model it serves (%s); the model check is skipped", self.url, exc)
+        self._identity = (now, identity if isinstance(identity, str) else None)
+        return self._identity[1]
+
+    async def embed(self, text: str, *, dims: int | None = None, model: str | None = None) -> list[float]:
         """The unit vector of ``text``.
 
         Args:
             dims: the dimension the vector must have (the index's ``vector_dims``); ``None``: any.
+            model: the identity of the model the index's vectors come from (its ``vector_model``); when the service
+                names the model it serves, their files' digests must agree. ``None``: not checked.
 
         Raises:
-            EmbedUnavailable: breaker open, timeout, connection failure, HTTP error or an answer that is
-                not one finite vector of ``dims`` components.
+            EmbedUnavailable: breaker open, timeout, connection failure, HTTP error, an answer that is
+                not one finite vector of ``dims`` components, or another model than ``model`` served.
         """
+        if model is not None:
+            served = await self.served_model()
+            if served is not None and digest(served) != digest(model):
+                raise EmbedUnavailable(
+                    "embed_model_mismatch",
+                    f"the index's vectors come from model {model} and the embedder at {self.url} serves {served}: query vectors of another "
+                    "model would match them at random; serve the model the index was built with, or re-index with this one",
+                )
         key = (text, dims)
         if key in self._cache:
             return self._cache[key]
@@ -120,4 +152,4 @@ class EmbedClient:
         return vectors[0]
 
 
-__all__ = ["CACHE_SIZE", "EMBED_REASONS", "EmbedClient", "EmbedReason", "EmbedUnavailable"]
+__all__ = ["CACHE_SIZE", "EMBED_REASONS", "IDENTITY_TTL_S", "EmbedClient", "EmbedReason", "EmbedUnavailable"]

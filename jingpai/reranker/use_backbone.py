@@ -194,7 +194,9 @@ class UseEncoder(nn.Module):
         super().__init__()
         if init not in ("pretrained", "random"):
             raise ValueError(f"unknown init {init!r}; expected 'pretrained' or 'random'")
-        table = pretrained_table() if init == "pretrained" else torch.randn(VOCAB_SIZE, EMB_DIM) * 0.05
+        # a frozen table is not saved (see above): a random one must be the same again when the model loads, or a
+        # saved random-init model would not be itself (tests that index with one model and serve its copy)
+        table = pretrained_table() if init == "pretrained" else torch.randn(VOCAB_SIZE, EMB_DIM, generator=torch.Generator().manual_seed(0)) * 0.05
         self.freeze_embeddings = freeze_embeddings
         if freeze_embeddings:
             self.register_buffer("table", table, persistent=False)

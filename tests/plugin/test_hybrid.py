@@ -206,6 +206,40 @@ def test_embedder_down_or_slow_serves_bm25_flagged(vector_engine: Engine, vector
     assert warnings[0].endswith("to let the embedder finish raise --embed-timeout-ms (env JINGPAI_GATEWAY_EMBED_TIMEOUT_MS, config key embed_timeout_ms)")
 
 
+def test_an_embedder_serving_another_model_is_refused_and_a_copy_is_not(vector_engine: Engine, vector_index: str, bi_model, bi_url: str,
+                                                                       dictionary, tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    """Same architecture and dimension, other weights: the kNN list would match at random, so BM25 alone is served."""
+    import shutil
+
+    import torch
+
+    from jingpai.reranker import registry
+    from jingpai.reranker.base import Reranker
+
+    torch.manual_seed(1)
+    other = tmp_path / "other-bi"
+    registry.create("use-bi", init="random", max_length=16, device="cpu").save(other)
+    copy = tmp_path / "copy-of-the-index-model"
+    shutil.copytree(bi_model[1], copy)
+    for folder, applied in ((other, False), (copy, True)):
+        service = ServiceSettings(model_name=folder.name, model_dir=folder, device="cpu", dtype="fp32", warmup=False)
+        with serve(create_service_app(service, Reranker.load(folder, device="cpu"), copy_model=False)) as embedder:
+            info = httpx.get(f"{embedder.url}/info", timeout=30).json()
+            assert info["vector_model"].startswith(f"{folder.name}@")
+            settings = gateway_settings(vector_engine, bi_url, dictionary, embed_url=embedder.url)
+            with serve(create_app(settings)) as gw, caplog.at_level(logging.WARNING, logger="jingpai.plugin.gateway"):
+                caplog.clear()
+                resp = post(gw.url, vector_index, {"query": QUERY})
+        hybrid = resp["jingpai"]["hybrid"]
+        assert hybrid["applied"] is applied, hybrid
+        warnings = [r.getMessage() for r in caplog.records if r.name == "jingpai.plugin.gateway"]
+        if applied:  # a copy of the files is the same model: h01, which only kNN finds, is served
+            assert "h01" in ids(resp) and not warnings
+        else:
+            assert hybrid["reason"] == "embed_model_mismatch" and "h01" not in ids(resp)  # BM25 finds nothing for it
+            assert len(warnings) == 1 and f"the index's vectors come from model tiny-use-bi@" in warnings[0] and "serves other-bi@" in warnings[0]
+
+
 def test_a_cross_encoder_cannot_embed_and_search_goes_on(vector_engine: Engine, vector_index: str, reranker_url: str, dictionary) -> None:
     settings = gateway_settings(vector_engine, reranker_url, dictionary)  # the tiny cross-encoder answers /embed with a 400
     with serve(create_app(settings)) as gw:

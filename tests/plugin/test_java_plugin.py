@@ -53,3 +53,11 @@ def test_the_java_tests_replay_the_shared_vectors(build: subprocess.CompletedPro
     for name, suite in suites.items():
         assert int(suite.get("tests", "0")) > 0, name
         assert suite.get("failures") == "0" and suite.get("errors") == "0" and suite.get("skipped") == "0", name
+
+
+def test_the_java_tests_cover_the_circuit_breaker(build: subprocess.CompletedProcess) -> None:
+    """CircuitBreakerTest: the gateway's breaker (closed → open → half-open → closed) in the plugin's rerank client."""
+    assert build.returncode == 0, f"mvn package failed:\n{(build.stdout + build.stderr)[-6000:]}"
+    report = PROJECT / "target" / "surefire-reports" / "TEST-io.jingpai.opensearch.CircuitBreakerTest.xml"
+    suite = ET.parse(report).getroot()
+    assert int(suite.get("tests", "0")) >= 5 and suite.get("failures") == "0" and suite.get("errors") == "0"

@@ -46,6 +46,10 @@ QUERIES = [
     {"query": {"match": {"content": "中国经济"}}, "from": 5, "size": 5},
 ]
 FUSIONS = ("linear", "rrf")
+#: the breaker's reset for the fail-open tests, on both sides: long enough that no probe goes out during them
+BREAKER_RESET_S = 60
+#: the reasons of the searches to a dead reranker, in order, with the default breaker (3 failures open it)
+DEAD_REASONS = ["reranker_unreachable"] * 3 + ["circuit_open"] * (len(QUERIES) - 3)
 
 
 def _free_port_in(ports: range) -> int:
@@ -102,13 +106,13 @@ def unreachable() -> str:
 @pytest.fixture(scope="module")
 def gateway_answers(node: Engine, index: str, reranker_url: str, unreachable: str, dictionary) -> dict[tuple[str, int], dict]:
     """``{(mode, query number): gateway response}`` for mode augment, linear, rrf, and rerank by an unreachable
-    reranker (``dead``), taken before any pipeline exists."""
+    reranker (``dead``, the queries in order: its breaker opens after the third), taken before any pipeline exists."""
     _, dict_dir = dictionary
     answers = {}
     for url, modes in ((reranker_url, ("augment", *FUSIONS)), (unreachable, ("dead",))):
-        # the plugin has no circuit breaker (docs/opensearch-plugin.md): the gateway's may not open either
+        # the default breaker (3 failures), held open as long as the pipelines' (--breaker-reset-s)
         settings = GatewaySettings(engine_url=node.url, reranker_url=url, window=20, dict_dirs=(dict_dir,), timeout_ms=TIMEOUT_MS,
-                                   breaker_failures=10_000)
+                                   breaker_reset_s=BREAKER_RESET_S)
         server = ServerThread(create_app(settings)).start()
         try:
             for i, body in enumerate(QUERIES):
@@ -183,18 +187,21 @@ def test_rerank_matches_the_gateway(node: Engine, index: str, gateway_answers, r
 def test_a_stopped_or_unreachable_reranker_fails_open(node: Engine, index: str, gateway_answers, rerank_model, service_settings,
                                                       unreachable: str, dictionary) -> None:
     """The reranker stops after serving the pipeline, or was never there: every search still succeeds, in the engine's
-    order of the augmented query, with the gateway's reason (``reranker_unreachable``) in ``ext.jingpai``."""
+    order of the augmented query, with the gateway's reasons in ``ext.jingpai``: ``reranker_unreachable`` for the
+    first three, then ``circuit_open`` (the breaker of the reranker's URL is open: nothing is sent)."""
     _, dict_dir = dictionary
+    breaker = ("--breaker-reset-s", str(BREAKER_RESET_S))
     with serve(create_service_app(service_settings, rerank_model)) as server:
-        _write(node, index, server.url, dict_dir, "--name", f"{index}-stopped")
+        _write(node, index, server.url, dict_dir, "--name", f"{index}-stopped", *breaker)
         assert node.search(index, QUERIES[0])["ext"]["jingpai"]["reranked"] is True
+    assert [gateway_answers[("dead", i)]["jingpai"]["reason"] for i in range(len(QUERIES))] == DEAD_REASONS
     for name in ("stopped", "unreachable"):
         if name == "unreachable":
-            _write(node, index, unreachable, dict_dir, "--name", f"{index}-{name}")
+            _write(node, index, unreachable, dict_dir, "--name", f"{index}-{name}", "--breaker-failures", "3", *breaker)
         for i, body in enumerate(QUERIES):
             info = (mine := node.search(index, body))["ext"]["jingpai"]
             reference = gateway_answers[("dead", i)]
-            assert info["reranked"] is False and info["reason"] == reference["jingpai"]["reason"] == "reranker_unreachable", (name, info)
+            assert info["reranked"] is False and info["reason"] == reference["jingpai"]["reason"] == DEAD_REASONS[i], (name, i, info)
             _assert_same_hits(mine, reference, f"{name} {body}")
             _assert_same_hits(mine, gateway_answers[("augment", i)], f"{name} {body}")
 
@@ -220,3 +227,14 @@ def test_the_cli_prints_and_refuses_bad_input(node: Engine, index: str, reranker
     assert keywords["text_fields"] == ["title", "content"] and keywords["dictionary"]["weights"]["GDP"] == 3.0
     assert rerank == body["request_processors"][1]["jingpai_rerank"] and rerank["fields"] == ["title", "content"]
     assert (rerank["fusion"], rerank["window"], rerank["reranker_url"]) == ("rrf", 7, reranker_url)
+    assert "breaker_failures" not in rerank and "breaker_reset_s" not in rerank  # the processor's defaults, the gateway's
+    printed = runner.invoke(cli, [*base, "--index", index, "--dict", str(dict_dir), "--breaker-failures", "5", "--print-only"])
+    assert printed.exit_code == 0, printed.output
+    rerank = json.loads(printed.output)["response_processors"][0]["jingpai_rerank"]
+    assert rerank["breaker_failures"] == 5 and "breaker_reset_s" not in rerank
+    bad_breaker = runner.invoke(cli, [*base, "--index", index, "--dict", str(dict_dir), "--breaker-reset-s", "0"])
+    assert bad_breaker.exit_code != 0 and "breaker_reset_s" in bad_breaker.output
+    # the node refuses a bad breaker setting itself, naming it
+    bad = {"reranker_url": reranker_url, "fields": ["title"], "breaker_failures": 0}
+    refused = httpx.put(f"{node.url}/_search/pipeline/{index}-bad-breaker", json={"response_processors": [{"jingpai_rerank": bad}]})
+    assert refused.status_code == 400 and "breaker_failures" in refused.text and "integer >= 1" in refused.text, refused.text

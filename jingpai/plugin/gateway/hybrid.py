@@ -54,6 +54,8 @@ class HybridPlan:
     field: str
     dims: int | None
     text: str
+    #: the identity of the model the index's vectors come from (``None``: the index does not say)
+    model: str | None
     k: int
     num_candidates: int
     fusion: ListFusion
@@ -109,12 +111,12 @@ def knn_filter(query: Any, post_filter: Any) -> dict | None:
 
 
 def plan_hybrid(index: str, body: dict, query: Any, text: str, spec: HybridSpec, meta_field: str, dims: int | None,
-                depth: int) -> HybridPlan:
+                depth: int, *, model: str | None = None) -> HybridPlan:
     """The kNN half of a hybrid search whose BM25 list is ``depth`` hits deep (``body``: the BM25 request,
     its ``_source`` already excluding the vector field; ``query``: the client's query before augmentation)."""
     k, num_candidates = spec.neighbours(depth)
     shape = {key: body[key] for key in _HIT_SHAPE if key in body}
-    return HybridPlan(index=index, field=meta_field, dims=dims, text=text, k=k, num_candidates=num_candidates, fusion=spec.fusion,
+    return HybridPlan(index=index, field=meta_field, dims=dims, text=text, model=model, k=k, num_candidates=num_candidates, fusion=spec.fusion,
                       filter=knn_filter(query, body.get("post_filter")), shape=shape)
 
 
@@ -151,7 +153,7 @@ class HybridSearcher:
         assert self.client is not None  # planned hybrid only with an embedder
         started = time.perf_counter()
         try:
-            vector = await self.client.embed(plan.text, dims=plan.dims)
+            vector = await self.client.embed(plan.text, dims=plan.dims, model=plan.model)
         except EmbedUnavailable as exc:
             hint = f"; to let the embedder finish raise {setting_hint('embed_timeout_ms')}" if exc.reason == "embed_timeout" else ""
             return self._failed(exc.reason, f"{exc}{hint}", started, None, log=log)

@@ -284,6 +284,10 @@ class Info(BaseModel):
     embedding_dim: int | None = Field(
         None, description="dimensions of the vectors /embed and /v1/embeddings answer; null: the model cannot embed (a cross-encoder)"
     )
+    vector_model: str | None = Field(
+        None, description="the loaded model's identity, <folder>@<12 hex of its config and weights>, as `jingpai index --vectors` records it "
+                          "with an index; the gateway embeds a query only for an index whose vectors come from the same files; null: not "
+                          "loaded from a folder")
     auto_truncate: bool = Field(True, description="TEI: pairs over max_input_length are cut unless the request sends truncate=false")
     limits: Limits
 

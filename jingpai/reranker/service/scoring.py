@@ -12,11 +12,13 @@ import functools
 import logging
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from jingpai.reranker.base import Pair, Reranker
+from jingpai.reranker.identity import model_id
 from jingpai.reranker.service.batching import BatchingEngine
 from jingpai.reranker.service.embedding import TextEmbedder
 from jingpai.reranker.service.errors import InvalidInputError, PayloadTooLargeError
@@ -60,6 +62,8 @@ class RerankService:
         self.settings = settings
         self.metrics = metrics
         self.max_length = int(settings.max_length or self.model.config.max_length)
+        #: the loaded folder's identity (what ``jingpai index --vectors`` records); ``None``: not loaded from a folder
+        self.model_identity = model_id(settings.model_dir) if settings.model_dir and Path(settings.model_dir).is_dir() else None
         self.measure = TextMeasure(self.model)
         self.engine = BatchingEngine(self.model, settings, metrics, dtype=self.dtype)
         # token counting/chunking runs off the event loop on one thread of its own (TextMeasure is not

@@ -36,6 +36,7 @@ def describe(service: RerankService) -> Info:
         max_input_length=service.max_length,
         max_client_batch_size=settings.max_docs,
         embedding_dim=service.embedder.dim,
+        vector_model=service.model_identity,
         limits=Limits(
             max_docs=settings.max_docs, max_body_bytes=settings.max_body_bytes, max_query_chars=settings.max_query_chars,
             max_length=service.max_length, max_batch_tokens=service.engine.max_batch_tokens, queue_timeout_ms=settings.queue_timeout_ms,

@@ -1,6 +1,7 @@
 /*
  * jingpai: the reranker client (jingpai/plugin/rerank_client.py) in Java: POST {url}/rerank of `jingpai serve` or
- * a TEI reranker, GET /info once for the model and its batch limit, every failure a short machine-readable reason.
+ * a TEI reranker, GET /info once for the model and its batch limit, every failure a short machine-readable reason,
+ * behind a circuit breaker (while it is open: `circuit_open` at once, nothing sent).
  */
 package io.jingpai.opensearch;
 
@@ -54,10 +55,19 @@ public class RerankClient {
     private volatile String modelId;
     private volatile Integer maxBatch;
     private volatile boolean described;
+    private final CircuitBreaker breaker;
 
+    /** A client with a breaker of its own, at the gateway's defaults. */
     public RerankClient(String url, int timeoutMs) {
+        this(url, timeoutMs, new CircuitBreaker("reranker at " + url, CircuitBreaker.DEFAULT_FAILURES, CircuitBreaker.DEFAULT_RESET_S,
+            CircuitBreaker.MONOTONIC));
+    }
+
+    /** A client whose calls go through {@code breaker} (the processors pass the node's breaker of the URL). */
+    public RerankClient(String url, int timeoutMs, CircuitBreaker breaker) {
         this.url = url.replaceAll("/+$", "");
         this.timeout = Duration.ofMillis(timeoutMs);
+        this.breaker = breaker;
         this.http = AccessController.doPrivileged((PrivilegedAction<HttpClient>) () ->
             HttpClient.newBuilder().connectTimeout(timeout).version(HttpClient.Version.HTTP_1_1).executor(EXECUTOR).build());
     }
@@ -85,8 +95,36 @@ public class RerankClient {
         return modelId;
     }
 
-    /** Scores of {@code texts} against {@code query}, in input order. */
+    public CircuitBreaker breaker() {
+        return breaker;
+    }
+
+    /**
+     * Scores of {@code texts} against {@code query}, in input order. While the breaker is open, fails at once with
+     * reason {@code circuit_open}; every other outcome is recorded by the breaker (as the gateway's client does).
+     */
     public CompletableFuture<double[]> rerank(String query, List<String> texts) {
+        if (!breaker.allow()) {
+            return CompletableFuture.failedFuture(
+                new Unavailable("circuit_open", "reranker at " + url + " failed repeatedly; circuit breaker is open"));
+        }
+        CompletableFuture<double[]> call;
+        try {
+            call = call(query, texts);
+        } catch (RuntimeException e) {
+            breaker.recordFailure();
+            return CompletableFuture.failedFuture(failure(e));
+        }
+        return call.whenComplete((scores, exc) -> {
+            if (exc != null) {
+                breaker.recordFailure();
+            } else {
+                breaker.recordSuccess();
+            }
+        });
+    }
+
+    private CompletableFuture<double[]> call(String query, List<String> texts) {
         CompletableFuture<Void> ready = described ? CompletableFuture.completedFuture(null) : describe();
         return ready.thenCompose(ignored -> {
             int size = maxBatch != null ? maxBatch : Math.max(texts.size(), 1);

@@ -45,7 +45,8 @@ public final class RerankProcessor {
     public record Plan(String reason, int from, int size, int window, String queryText, Map<String, Object> augment) {}
 
     /** The settings of one jingpai_rerank (defaults: the gateway's). */
-    public record Settings(String url, int window, int maxWindow, List<String> fields, int docChars, int timeoutMs, Fusion fusion) {
+    public record Settings(String url, int window, int maxWindow, List<String> fields, int docChars, int timeoutMs, Fusion fusion,
+                           int breakerFailures, double breakerResetS) {
         static Settings read(String tag, Map<String, Object> config, List<String> allowedHosts) {
             String url = ConfigurationUtils.readStringProperty(TYPE, tag, config, "reranker_url");
             String host = URI.create(url).getHost();
@@ -67,11 +68,58 @@ public final class RerankProcessor {
             String mode = ConfigurationUtils.readStringProperty(TYPE, tag, config, "fusion", "linear");
             double weight = KeywordsProcessor.number(config.remove("fusion_weight"), 0.5).doubleValue();
             int rrfK = KeywordsProcessor.number(config.remove("rrf_k"), 60).intValue();
+            int breakerFailures = breakerFailures(tag, config.remove("breaker_failures"));
+            double breakerResetS = breakerResetS(tag, config.remove("breaker_reset_s"));
             try {
-                return new Settings(url, window, maxWindow, fields, docChars, timeoutMs, new Fusion(mode, weight, rrfK));
+                return new Settings(url, window, maxWindow, fields, docChars, timeoutMs, new Fusion(mode, weight, rrfK), breakerFailures,
+                    breakerResetS);
             } catch (IllegalArgumentException e) {
                 throw ConfigurationUtils.newConfigurationException(TYPE, tag, "fusion", e.getMessage());
             }
+        }
+
+        /** breaker_failures: consecutive reranker failures that open the breaker, an integer >= 1 (default 3). */
+        static int breakerFailures(String tag, Object value) {
+            if (value == null) {
+                return CircuitBreaker.DEFAULT_FAILURES;
+            }
+            double v = Double.NaN;
+            if (value instanceof Number n) {
+                v = n.doubleValue();
+            } else if (value instanceof String str) {
+                try {
+                    v = Double.parseDouble(str.trim());
+                } catch (NumberFormatException ignored) {
+                    // reported below
+                }
+            }
+            if (!(v >= 1) || v != Math.rint(v) || v > Integer.MAX_VALUE) {
+                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "breaker_failures",
+                    "must be an integer >= 1 (consecutive reranker failures that open the circuit breaker), got " + value);
+            }
+            return (int) v;
+        }
+
+        /** breaker_reset_s: seconds an open breaker waits before one probe request, a number > 0 (default 10). */
+        static double breakerResetS(String tag, Object value) {
+            if (value == null) {
+                return CircuitBreaker.DEFAULT_RESET_S;
+            }
+            double v = Double.NaN;
+            if (value instanceof Number n) {
+                v = n.doubleValue();
+            } else if (value instanceof String str) {
+                try {
+                    v = Double.parseDouble(str.trim());
+                } catch (NumberFormatException ignored) {
+                    // reported below
+                }
+            }
+            if (!(v > 0) || Double.isInfinite(v)) {
+                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "breaker_reset_s",
+                    "must be a number of seconds > 0 (how long an open circuit breaker waits before a probe request), got " + value);
+            }
+            return v;
         }
     }
 
@@ -315,7 +363,8 @@ public final class RerankProcessor {
         public Response create(Map<String, Processor.Factory<SearchResponseProcessor>> factories, String tag, String description,
                                boolean ignoreFailure, Map<String, Object> config, Processor.PipelineContext pipelineContext) {
             Settings settings = Settings.read(tag, config, allowedHosts);
-            return new Response(tag, description, ignoreFailure, settings, new RerankClient(settings.url(), settings.timeoutMs()));
+            CircuitBreaker breaker = CircuitBreaker.shared(settings.url(), settings.breakerFailures(), settings.breakerResetS());
+            return new Response(tag, description, ignoreFailure, settings, new RerankClient(settings.url(), settings.timeoutMs(), breaker));
         }
     }
 }
