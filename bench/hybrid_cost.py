@@ -93,12 +93,16 @@ def load_models(args: argparse.Namespace, tmp: Path):
     return embedder, reranker
 
 
+def write_jsonl(path: Path, docs: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8")
+    return path
+
+
 def index_rows(engine, name: str, docs: list[dict], args: argparse.Namespace, embedder, dictionary, tmp: Path) -> float:
     """Both indexing rows ``--rounds`` times; the median ratio (with / without vectors)."""
     from jingpai.indexer.pipeline import IndexSettings, index_corpus
 
-    path = tmp / f"{name}.jsonl"
-    path.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8")
+    path = write_jsonl(tmp / f"{name}.jsonl", docs)
     ratios = []
     for r in range(args.rounds):
         rates = {}
@@ -142,7 +146,7 @@ def engine_share(engine, name: str, args: argparse.Namespace) -> None:
     print(f"  {name}: the engine alone, with / without vectors: {rates[True] / rates[False]:.2f}x")
 
 
-def latency_rows(gateway_url: str, index: str, queries: list[str], args: argparse.Namespace) -> dict[str, float]:
+def latency_rows(gateway_url: str, index: str, queries: list[str]) -> dict[str, float]:
     """Every latency row over ``queries`` (one client), in blocks that take turns; p50 per row."""
     times: dict[str, list[float]] = {label: [] for label, _, _ in LATENCY_ROWS}
     took: dict[str, list[float]] = {"took_embed_ms": [], "took_knn_ms": []}
@@ -229,7 +233,7 @@ def main() -> None:
             return
         alias = "bench-hc-search"
         engine.delete_index(f"{alias}-*")
-        report = index_corpus(engine, [tmp / "questions.jsonl"] if (tmp / "questions.jsonl").exists() else [_write(tmp, docs)],
+        report = index_corpus(engine, [write_jsonl(tmp / "search.jsonl", docs)],
                               IndexSettings(index=alias, text_fields=("text",), id_field="id", progress=False, quarantine_dir=tmp,
                                             vectors=Path(embedder.model_path), vector_chunking="first", force=True),
                               dictionary=dictionary, embedder=embedder)
@@ -238,15 +242,9 @@ def main() -> None:
         rerank_url = embed_url if args.reranker is None else stack.enter_context(rerank_service(reranker, name="reranker"))
         gw = stack.enter_context(gateway(url, reranker_url=rerank_url, dict_dirs=(dict_dir,), window=DEPTH, embed_url=embed_url))
         print(f"search latency ({report.indexed} questions with vectors):")
-        p50 = latency_rows(gw, alias, queries, args)
+        p50 = latency_rows(gw, alias, queries)
         delta = p50[LATENCY_ROWS[3][0]] - p50[LATENCY_ROWS[2][0]]
         print(f"  hybrid + rerank p50 - BM25 + rerank p50: {delta:+.1f} ms (goal <= +20 ms)")
-
-
-def _write(tmp: Path, docs: list[dict]) -> Path:
-    path = tmp / "questions.jsonl"
-    path.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8")
-    return path
 
 
 if __name__ == "__main__":

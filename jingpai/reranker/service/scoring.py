@@ -62,8 +62,6 @@ class RerankService:
         self.settings = settings
         self.metrics = metrics
         self.max_length = int(settings.max_length or self.model.config.max_length)
-        #: the loaded folder's identity (what ``jingpai index --vectors`` records); ``None``: not loaded from a folder
-        self.model_identity = model_id(settings.model_dir) if settings.model_dir and Path(settings.model_dir).is_dir() else None
         self.measure = TextMeasure(self.model)
         self.engine = BatchingEngine(self.model, settings, metrics, dtype=self.dtype)
         # token counting/chunking runs off the event loop on one thread of its own (TextMeasure is not
@@ -71,6 +69,10 @@ class RerankService:
         self._prep = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jingpai-rerank-prep")
         #: the embedding routes' side of the service: same model, engine, limits and preparation thread
         self.embedder = TextEmbedder(self.model, settings, self.engine, self._prep, max_length=self.max_length)
+        #: the loaded folder's identity (what ``jingpai index --vectors`` records), hashed once at start-up and only for a
+        #: model that embeds (a cross-encoder's vectors are never searched); ``None``: not loaded from a folder, or no vectors
+        self.model_identity = (model_id(Path(settings.model_dir))
+                               if settings.model_dir and Path(settings.model_dir).is_dir() and self.embedder.dim else None)
 
     @property
     def model_name(self) -> str:

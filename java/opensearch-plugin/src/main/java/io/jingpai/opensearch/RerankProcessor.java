@@ -78,21 +78,27 @@ public final class RerankProcessor {
             }
         }
 
+        /** A setting's value as a number (a JSON number or a numeric string); NaN when it is neither (the caller names it). */
+        static double numberOrNaN(Object value) {
+            if (value instanceof Number n) {
+                return n.doubleValue();
+            }
+            if (value instanceof String str) {
+                try {
+                    return Double.parseDouble(str.trim());
+                } catch (NumberFormatException ignored) {
+                    return Double.NaN;
+                }
+            }
+            return Double.NaN;
+        }
+
         /** breaker_failures: consecutive reranker failures that open the breaker, an integer >= 1 (default 3). */
         static int breakerFailures(String tag, Object value) {
             if (value == null) {
                 return CircuitBreaker.DEFAULT_FAILURES;
             }
-            double v = Double.NaN;
-            if (value instanceof Number n) {
-                v = n.doubleValue();
-            } else if (value instanceof String str) {
-                try {
-                    v = Double.parseDouble(str.trim());
-                } catch (NumberFormatException ignored) {
-                    // reported below
-                }
-            }
+            double v = numberOrNaN(value);
             if (!(v >= 1) || v != Math.rint(v) || v > Integer.MAX_VALUE) {
                 throw ConfigurationUtils.newConfigurationException(TYPE, tag, "breaker_failures",
                     "must be an integer >= 1 (consecutive reranker failures that open the circuit breaker), got " + value);
@@ -105,16 +111,7 @@ public final class RerankProcessor {
             if (value == null) {
                 return CircuitBreaker.DEFAULT_RESET_S;
             }
-            double v = Double.NaN;
-            if (value instanceof Number n) {
-                v = n.doubleValue();
-            } else if (value instanceof String str) {
-                try {
-                    v = Double.parseDouble(str.trim());
-                } catch (NumberFormatException ignored) {
-                    // reported below
-                }
-            }
+            double v = numberOrNaN(value);
             if (!(v > 0) || Double.isInfinite(v)) {
                 throw ConfigurationUtils.newConfigurationException(TYPE, tag, "breaker_reset_s",
                     "must be a number of seconds > 0 (how long an open circuit breaker waits before a probe request), got " + value);
