@@ -276,7 +276,7 @@ def write_pipelines(engine: Any, index: str, reranker_url: str, dict_dir: Path, 
         # send every search to the reranker and fail open with the same reason
         settings = GatewaySettings(engine_url=engine.url, reranker_url=reranker_url, fusion=fusion, window=window, timeout_ms=TIMEOUT_MS,
                                    breaker_failures=1_000_000)
-        write_pipeline(engine, index, settings, dict_dir=dict_dir, name=names[fusion], breaker=("breaker_failures",))
+        write_pipeline(engine, index, settings, dict_dir=dict_dir, name=names[fusion], given=("breaker_failures",))
     engine.put_index_settings(index, {"index.search.default_pipeline": None})
     return names
 

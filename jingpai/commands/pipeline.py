@@ -13,7 +13,8 @@ inside the node. This command writes the pipeline that makes it do for one index
   ``http.max_content_length`` is 100 MB) into the cluster state, like any pipeline;
 - ``jingpai_rerank`` (both halves, the same settings) gets the reranker, the fusion, the window and the
   gateway's other defaults, with the index's text fields as the fields sent to the reranker; the circuit
-  breaker's ``breaker_failures`` / ``breaker_reset_s`` only when given (the processor's defaults are the gateway's);
+  breaker's ``breaker_failures`` / ``breaker_reset_s`` and ``rerank_concurrency`` only when given (the processor's
+  defaults are the gateway's); ``--mode augment`` writes ``jingpai_keywords`` alone (no reranker);
 - the pipeline becomes the index's ``index.search.default_pipeline`` (on an alias: on its physical indices,
   so run the command again after ``jingpai index`` builds a new one).
 """
@@ -42,7 +43,9 @@ if TYPE_CHECKING:
 PLUGIN_NAME = "jingpai"
 FUSIONS = ("linear", "rrf", "replace")
 #: settings written only when given (the processor's defaults are the gateway's)
-BREAKER_SETTINGS = ("breaker_failures", "breaker_reset_s")
+WHEN_GIVEN = ("breaker_failures", "breaker_reset_s", "rerank_concurrency")
+#: what the pipeline does: the gateway's modes but off (an index without a pipeline)
+PIPELINE_MODES = ("rerank", "augment")
 _INSTALL_HINT = ("start a node with it (`jingpai engine up --kind opensearch --plugins jingpai`) or install it on yours "
                  "(`bin/opensearch-plugin install file:///…/jingpai-opensearch-<version>.zip`, then restart the node)")
 
@@ -99,10 +102,10 @@ def keywords_processor(meta: IndexMeta, dictionary: Dictionary | None, settings:
     }
 
 
-def rerank_processor(meta: IndexMeta, settings: GatewaySettings, *, breaker: Sequence[str] = ()) -> dict[str, Any]:
+def rerank_processor(meta: IndexMeta, settings: GatewaySettings, *, given: Sequence[str] = ()) -> dict[str, Any]:
     """``jingpai_rerank`` with the gateway's settings (fields: the gateway's rerank fields, else the index's text fields);
-    ``breaker``: the circuit-breaker settings (of :data:`BREAKER_SETTINGS`) also written, from ``settings`` (the others
-    are left to the processor, whose defaults are the gateway's)."""
+    ``given``: the settings of :data:`WHEN_GIVEN` also written, from ``settings`` (the others are left to the processor,
+    whose defaults are the gateway's)."""
     fusion = settings.fusion_for(None)
     processor = {
         "reranker_url": settings.reranker_url,
@@ -115,17 +118,21 @@ def rerank_processor(meta: IndexMeta, settings: GatewaySettings, *, breaker: Seq
         "fusion_weight": fusion.weight,
         "rrf_k": fusion.rrf_k,
     }
-    processor.update({name: getattr(settings, name) for name in BREAKER_SETTINGS if name in breaker})
+    processor.update({name: getattr(settings, name) for name in WHEN_GIVEN if name in given})
     return processor
 
 
-def pipeline_body(meta: IndexMeta, dictionary: Dictionary | None, settings: GatewaySettings, *, breaker: Sequence[str] = ()) -> dict[str, Any]:
-    """The whole pipeline: augmentation, then the rerank's request half; the rerank's response half (``breaker``: with
-    ``settings``' circuit-breaker settings)."""
-    rerank = rerank_processor(meta, settings, breaker=breaker)
+def pipeline_body(meta: IndexMeta, dictionary: Dictionary | None, settings: GatewaySettings, *, given: Sequence[str] = (),
+                  mode: str = "rerank") -> dict[str, Any]:
+    """The whole pipeline: augmentation, then the rerank's request half; the rerank's response half (``given``: the
+    settings of :data:`WHEN_GIVEN` written). ``mode="augment"``: augmentation alone."""
+    keywords = keywords_processor(meta, dictionary, settings)
+    if mode == "augment":
+        return {"description": "jingpai: keyword augmentation", "request_processors": [{"jingpai_keywords": keywords}]}
+    rerank = rerank_processor(meta, settings, given=given)
     return {
         "description": f"jingpai: keyword augmentation and rerank ({rerank['fusion']}) by {settings.reranker_url}",
-        "request_processors": [{"jingpai_keywords": keywords_processor(meta, dictionary, settings)}, {"jingpai_rerank": rerank}],
+        "request_processors": [{"jingpai_keywords": keywords}, {"jingpai_rerank": rerank}],
         "response_processors": [{"jingpai_rerank": dict(rerank)}],
     }
 
@@ -180,8 +187,9 @@ def install_pipeline(engine: Engine, index: str, name: str, body: dict[str, Any]
 
 
 def write_pipeline(engine: Engine, index: str, settings: GatewaySettings, *, dict_dir: Path | None = None,
-                   name: str | None = None, breaker: Sequence[str] = ()) -> dict[str, Any]:
-    """Write the pipeline for ``index`` (a jingpai index or alias) on ``engine`` and set it as the index's default.
+                   name: str | None = None, given: Sequence[str] = (), mode: str = "rerank") -> dict[str, Any]:
+    """Write the pipeline for ``index`` (a jingpai index or alias) on ``engine`` and set it as the index's default
+    (``mode="augment"``: augmentation alone).
 
     Raises:
         PluginMissingError: not OpenSearch, or no jingpai plugin on the node.
@@ -190,16 +198,21 @@ def write_pipeline(engine: Engine, index: str, settings: GatewaySettings, *, dic
     """
     require_plugin(engine)
     meta = _meta(engine, index)
-    body = pipeline_body(meta, _dictionary(meta, index, dict_dir), settings, breaker=breaker)
+    body = pipeline_body(meta, _dictionary(meta, index, dict_dir), settings, given=given, mode=mode)
     result = install_pipeline(engine, index, name or f"jingpai-{index}", body)
+    written = {**result, "mode": mode, "text_fields": list(meta.text_fields), "dict_version": meta.dict_version}
+    if mode == "augment":
+        return written
     rerank = body["response_processors"][0]["jingpai_rerank"]
-    return {**result, "text_fields": list(meta.text_fields), "dict_version": meta.dict_version,
-            "fusion": rerank["fusion"], "fusion_weight": rerank["fusion_weight"], "window": rerank["window"]}
+    return {**written, "fusion": rerank["fusion"], "fusion_weight": rerank["fusion_weight"], "window": rerank["window"]}
 
 
 @click.command("pipeline", cls=JingpaiCommand)
 @click.option("--index", required=True, help="A jingpai index or alias (built by `jingpai index`).")
-@click.option("--reranker", required=True, metavar="URL", help="`jingpai serve` URL as the OpenSearch node reaches it.")
+@click.option("--reranker", default=None, metavar="URL",
+              help="`jingpai serve` URL as the OpenSearch node reaches it (required unless --mode augment).")
+@click.option("--mode", type=click.Choice(PIPELINE_MODES), default="rerank", show_default=True,
+              help="rerank: augmentation and rerank; augment: augmentation alone (jingpai_keywords).")
 @click.option("--dict", "dict_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="The dictionary folder the index was built with (uploaded inline); needed when the index has one.")
 # the same variables as the other `jingpai plugin` commands' --engine
@@ -214,28 +227,35 @@ def write_pipeline(engine: Engine, index: str, settings: GatewaySettings, *, dic
               help="Consecutive reranker failures that open the circuit breaker (default: the processor's, the gateway's 3).")
 @click.option("--breaker-reset-s", type=float, default=None, metavar="S",
               help="Seconds an open breaker fails searches open before one probe request (default: the processor's, the gateway's 10).")
+@click.option("--rerank-concurrency", type=int, default=None, metavar="N",
+              help="Reranker calls in flight at once on each node; a search that gets no slot within --timeout-ms fails open "
+                   "(reranker_busy) (default: the processor's, the gateway's 8).")
 @click.option("--name", default=None, help="Pipeline name (default: jingpai-<index>).")
 @click.option("--print-only", is_flag=True, help="Print the pipeline (without the inline base dictionary) instead of writing it.")
-def pipeline_cmd(index: str, reranker: str, dict_dir: Path | None, engine: str, fusion: str, fusion_weight: float | None,
+def pipeline_cmd(index: str, reranker: str | None, mode: str, dict_dir: Path | None, engine: str, fusion: str, fusion_weight: float | None,
                  window: int | None, timeout_ms: int | None, breaker_failures: int | None, breaker_reset_s: float | None,
-                 name: str | None, print_only: bool) -> None:
+                 rerank_concurrency: int | None, name: str | None, print_only: bool) -> None:
     """Write the jingpai OpenSearch plugin's search pipeline for INDEX and make it the index's default."""
     from jingpai.engine.client import connect
     from jingpai.plugin.settings import GatewaySettings
 
+    if mode == "rerank" and reranker is None:
+        raise click.UsageError("--reranker URL is required to rerank (or write augmentation alone with --mode augment)")
     given = {k: v for k, v in (("fusion_weight", fusion_weight), ("window", window), ("timeout_ms", timeout_ms),
-                               ("breaker_failures", breaker_failures), ("breaker_reset_s", breaker_reset_s)) if v is not None}
+                               ("breaker_failures", breaker_failures), ("breaker_reset_s", breaker_reset_s),
+                               ("rerank_concurrency", rerank_concurrency)) if v is not None}
     settings = GatewaySettings(engine_url=engine, reranker_url=reranker, fusion=fusion, **given)  # type: ignore[arg-type]
-    breaker = tuple(name for name in BREAKER_SETTINGS if name in given)
+    written_when_given = tuple(name for name in WHEN_GIVEN if name in given)
     client = connect(engine)
     try:
         if print_only:
             meta = _meta(client, index)
-            body = pipeline_body(meta, _dictionary(meta, index, dict_dir), settings, breaker=breaker)
+            body = pipeline_body(meta, _dictionary(meta, index, dict_dir), settings, given=written_when_given, mode=mode)
             body["request_processors"][0]["jingpai_keywords"]["dictionary"]["base"] = "<jieba's dict.txt: word -> frequency>"
             click.echo(json.dumps(body, ensure_ascii=False, indent=2))
             return
-        click.echo(json.dumps(write_pipeline(client, index, settings, dict_dir=dict_dir, name=name, breaker=breaker), ensure_ascii=False))
+        click.echo(json.dumps(write_pipeline(client, index, settings, dict_dir=dict_dir, name=name, given=written_when_given, mode=mode),
+                              ensure_ascii=False))
     finally:
         client.close()
 

@@ -16,7 +16,9 @@ import json
 import os
 import shutil
 import socket
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -46,6 +48,24 @@ QUERIES = [
     {"query": {"match": {"content": "中国经济"}}, "from": 5, "size": 5},
 ]
 FUSIONS = ("linear", "rrf")
+#: searches with their own ext.jingpai (the gateway's default mode, rerank, and its default fusion, linear)
+EXT_SEARCHES = [
+    {"query": {"match": {"content": "中国经济"}}, "ext": {"jingpai": {"fusion": "rrf", "rrf_k": 5, "fusion_weight": 0.3}}},
+    {"query": {"match": {"title": "中国GDP"}}, "size": 3, "ext": {"jingpai": {"window": 4}}},
+    {"query": {"match": {"content": "中国经济"}}, "from": 3, "size": 5, "ext": {"jingpai": {"window": 6, "fusion": "replace"}}},
+    {"query": {"match": {"title": "中国GDP"}}, "ext": {"jingpai": {"fields": ["content"]}}},
+    {"query": {"match": {"title": "股票投资"}}, "ext": {"jingpai": {"query": "银行利率"}}},
+    {"query": {"match": {"title": "中国GDP"}}, "ext": {"jingpai": {"mode": "augment", "window": 999}}},
+    {"query": {"match": {"title": "中国GDP"}}, "ext": {"jingpai": {"mode": "off"}}},
+    {"query": {"match": {"content": "中国经济"}}, "from": 25, "size": 5, "ext": {"jingpai": {"window": 30}}},
+    # _source filters that leave the rerank fields out: fetched for the window, taken out of the page again
+    {"query": {"match": {"title": "中国GDP"}}, "_source": ["id"]},
+    {"query": {"match": {"content": "银行利率"}}, "_source": False, "ext": {"jingpai": {"fusion": "rrf"}}},
+    {"query": {"match": {"title": "中国GDP"}}, "_source": {"includes": ["id"], "excludes": ["content"]}},
+]
+#: invalid ext.jingpai and the field both answers' 400 name
+BAD_EXT = [({"window": 0}, "window"), ({"fusion": "sum"}, "fusion"), ({"widow": 5}, "widow"), ({"window": 501}, "max_window"),
+           ({"fields": []}, "fields")]
 #: the breaker's reset for the fail-open tests, on both sides: long enough that no probe goes out during them
 BREAKER_RESET_S = 60
 #: the reasons of the searches to a dead reranker, in order, with the default breaker (3 failures open it)
@@ -119,6 +139,12 @@ def gateway_answers(node: Engine, index: str, reranker_url: str, unreachable: st
                 for mode in modes:
                     params = {"jingpai": "augment"} if mode == "augment" else {"jingpai": "rerank", "jingpai_fusion": "linear" if mode == "dead" else mode}
                     answers[(mode, i)] = _post(f"{server.url}/{index}/_search", body, **params)
+            if url == reranker_url:
+                for i, body in enumerate(EXT_SEARCHES):
+                    answers[("ext", i)] = _post(f"{server.url}/{index}/_search", body)
+                for i, (ext, _) in enumerate(BAD_EXT):
+                    resp = httpx.post(f"{server.url}/{index}/_search", json={"query": QUERIES[0]["query"], "ext": {"jingpai": ext}}, timeout=120)
+                    answers[("bad", i)] = {"status": resp.status_code, "text": resp.text}
         finally:
             server.stop()
     assert node.get_index_settings(index).get("index.search.default_pipeline") is None
@@ -151,12 +177,20 @@ def test_the_node_loads_the_plugin_built_from_source(node: Engine) -> None:
 
 
 def test_augmentation_alone_matches_the_gateway(node: Engine, index: str, gateway_answers, dictionary) -> None:
-    """A pipeline of jingpai_keywords alone, as the CLI builds it, rewrites each query as the gateway's augment mode."""
-    d, _ = dictionary
+    """`jingpai plugin pipeline --mode augment` writes jingpai_keywords alone (no reranker needed); it rewrites each
+    query as the gateway's augment mode, and so does the same processor composed by hand."""
+    d, dict_dir = dictionary
     name = f"{index}-augment"
     processor = keywords_processor(read_meta(node, index), d, GatewaySettings(engine_url=node.url))
-    node.request("PUT", f"/_search/pipeline/{name}", body={"request_processors": [{"jingpai_keywords": processor}]})
+    node.request("PUT", f"/_search/pipeline/{name}-by-hand", body={"request_processors": [{"jingpai_keywords": processor}]})
+    result = CliRunner().invoke(cli, ["plugin", "pipeline", "--index", index, "--mode", "augment", "--dict", str(dict_dir), "--engine", node.url,
+                                      "--name", name])
+    assert result.exit_code == 0, result.output
+    written = json.loads(result.output.strip().splitlines()[-1])
+    assert written["mode"] == "augment" and "fusion" not in written, written
+    assert [list(p) for p in node.request("GET", f"/_search/pipeline/{name}")[name]["request_processors"]] == [["jingpai_keywords"]]
     for i, body in enumerate(QUERIES):
+        assert ids(node.search(index, body, search_pipeline=f"{name}-by-hand")) == ids(node.search(index, body, search_pipeline=name)), body
         mine = node.search(index, body, search_pipeline=name)
         reference = gateway_answers[("augment", i)]
         assert reference["jingpai"]["augmented"], body  # every query reaches a dictionary keyword
@@ -231,10 +265,68 @@ def test_the_cli_prints_and_refuses_bad_input(node: Engine, index: str, reranker
     printed = runner.invoke(cli, [*base, "--index", index, "--dict", str(dict_dir), "--breaker-failures", "5", "--print-only"])
     assert printed.exit_code == 0, printed.output
     rerank = json.loads(printed.output)["response_processors"][0]["jingpai_rerank"]
-    assert rerank["breaker_failures"] == 5 and "breaker_reset_s" not in rerank
+    assert rerank["breaker_failures"] == 5 and "breaker_reset_s" not in rerank and "rerank_concurrency" not in rerank
+    no_reranker = runner.invoke(cli, ["plugin", "pipeline", "--engine", node.url, "--index", index, "--dict", str(dict_dir)])
+    assert no_reranker.exit_code == 2 and "--reranker" in no_reranker.output and "--mode augment" in no_reranker.output
+    augment_only = runner.invoke(cli, [*base, "--index", index, "--dict", str(dict_dir), "--mode", "augment", "--print-only"])
+    assert augment_only.exit_code == 0, augment_only.output
+    assert [list(p) for p in json.loads(augment_only.output)["request_processors"]] == [["jingpai_keywords"]]
+    assert "response_processors" not in json.loads(augment_only.output)
     bad_breaker = runner.invoke(cli, [*base, "--index", index, "--dict", str(dict_dir), "--breaker-reset-s", "0"])
     assert bad_breaker.exit_code != 0 and "breaker_reset_s" in bad_breaker.output
     # the node refuses a bad breaker setting itself, naming it
     bad = {"reranker_url": reranker_url, "fields": ["title"], "breaker_failures": 0}
     refused = httpx.put(f"{node.url}/_search/pipeline/{index}-bad-breaker", json={"response_processors": [{"jingpai_rerank": bad}]})
     assert refused.status_code == 400 and "breaker_failures" in refused.text and "integer >= 1" in refused.text, refused.text
+
+
+def test_a_searchs_own_ext_jingpai_matches_the_gateway(node: Engine, index: str, gateway_answers, reranker_url: str, dictionary) -> None:
+    """A search's ext.jingpai (fusion, window, fields, query, mode) and its _source filter change the pipeline's answer
+    exactly as the gateway's: the same hits, scores and documents."""
+    _, dict_dir = dictionary
+    _write(node, index, reranker_url, dict_dir, "--name", f"{index}-ext")
+    for i, body in enumerate(EXT_SEARCHES):
+        mine = node.search(index, body)
+        reference = gateway_answers[("ext", i)]
+        info, ref_info = mine["ext"]["jingpai"], reference["jingpai"]
+        for key in ("mode", "reranked", "reason", "window", "fusion", "augmented", "keywords"):
+            assert info.get(key) == ref_info.get(key), (body, key, info, ref_info)
+        _assert_same_hits(mine, reference, f"ext {body}")
+        assert [h.get("_source") for h in mine["hits"]["hits"]] == [h.get("_source") for h in reference["hits"]["hits"]], body
+    assert {gateway_answers[("ext", i)]["jingpai"]["reason"] for i in range(len(EXT_SEARCHES))} >= {None, "augment_only", "disabled"}
+
+
+def test_an_invalid_ext_jingpai_is_a_400_naming_the_field(node: Engine, index: str, gateway_answers, reranker_url: str, dictionary) -> None:
+    _, dict_dir = dictionary
+    _write(node, index, reranker_url, dict_dir, "--name", f"{index}-bad-ext")
+    for i, (ext, field) in enumerate(BAD_EXT):
+        resp = httpx.post(f"{node.url}/{index}/_search", json={"query": QUERIES[0]["query"], "ext": {"jingpai": ext}}, timeout=60)
+        reference = gateway_answers[("bad", i)]
+        assert reference["status"] == 400 and field in reference["text"], reference
+        assert resp.status_code == 400 and field in resp.text and "ext.jingpai" in resp.text, (ext, resp.text)
+
+
+def test_a_search_that_gets_no_rerank_slot_fails_open_busy(node: Engine, index: str, dictionary) -> None:
+    """--rerank-concurrency 1 and a reranker that accepts connections but never answers: the first search holds the
+    node's one slot until its timeout, the second takes it then, the third gets none within its timeout
+    (``reranker_busy``). Every search answers, in the engine's order."""
+    _, dict_dir = dictionary
+    timeout_ms = 3000
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as stalled:
+        stalled.bind(("127.0.0.1", 0))
+        stalled.listen(16)
+        url = f"http://127.0.0.1:{stalled.getsockname()[1]}"
+        args = ["plugin", "pipeline", "--index", index, "--reranker", url, "--dict", str(dict_dir), "--engine", node.url,
+                "--timeout-ms", str(timeout_ms), "--rerank-concurrency", "1", "--name", f"{index}-busy"]
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, result.output
+        rerank = node.request("GET", f"/_search/pipeline/{index}-busy")[f"{index}-busy"]["response_processors"][0]["jingpai_rerank"]
+        assert rerank["rerank_concurrency"] == 1
+        with ThreadPoolExecutor(3) as pool:
+            futures = []
+            for _ in range(3):
+                futures.append(pool.submit(node.search, index, QUERIES[0]))
+                time.sleep(0.5)
+            infos = [f.result()["ext"]["jingpai"] for f in futures]
+    assert [i["reason"] for i in infos] == ["reranker_timeout", "reranker_timeout", "reranker_busy"], infos
+    assert not any(i["reranked"] for i in infos)

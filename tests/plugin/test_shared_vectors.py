@@ -12,6 +12,10 @@ code still reproduces them, the plugin's JUnit tests assert the Java code does (
   segmenter's base dictionary is carried as the subset of jieba's dictionary the queries can reach (every
   dictionary word that is a substring of a query, and the dictionary's total frequency): jieba's DAG only
   looks up substrings of the text, so the subset segments exactly as the whole dictionary does.
+- ``overrides.json``: the gateway's :func:`parse_search` and :func:`plan_search` on searches with an ``ext.jingpai``
+  (mode, window, fields, query, fusion; invalid ones too): the mode, the reason a search is not reranked, the window,
+  the query text, the rerank fields, the fusion and the ``from``/``size`` asked of the engine, or the field an error
+  names. The plugin reads a pipeline's settings as the gateway's (:data:`OVERRIDE_SETTINGS`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -224,7 +229,105 @@ def augment_vectors() -> dict:
     }
 
 
-GENERATORS = {"fusion.json": fusion_vectors, "paging.json": paging_vectors, "augment.json": augment_vectors}
+# ------------------------------------------------------------------------------------------ ext.jingpai overrides
+
+#: the gateway's settings and the equal pipeline settings the Java side replays the cases with
+OVERRIDE_SETTINGS: dict[str, Any] = {"window": 20, "max_window": 50, "fusion": {"mode": "linear", "weight": 0.5, "rrf_k": 60},
+                                     "fields": ["title", "content"]}
+_MATCH = {"match": {"title": "中国GDP"}}
+OVERRIDE_CASES: list[dict[str, Any]] = [
+    {"name": "none", "body": {"query": _MATCH}},
+    {"name": "empty", "body": {"query": _MATCH, "ext": {"jingpai": {}}}},
+    {"name": "mode_off", "body": {"query": _MATCH, "ext": {"jingpai": {"mode": "off"}}}},
+    {"name": "mode_augment", "body": {"query": _MATCH, "ext": {"jingpai": {"mode": "augment", "window": 999}}}},
+    {"name": "mode_rerank", "body": {"query": _MATCH, "ext": {"jingpai": {"mode": "rerank"}}}},
+    {"name": "window", "body": {"query": _MATCH, "size": 5, "ext": {"jingpai": {"window": 8}}}},
+    {"name": "window_whole_number", "body": {"query": _MATCH, "ext": {"jingpai": {"window": 12.0}}}},
+    {"name": "window_max", "body": {"query": _MATCH, "ext": {"jingpai": {"window": 50}}}},
+    {"name": "window_page_beyond", "body": {"query": _MATCH, "from": 10, "size": 5, "ext": {"jingpai": {"window": 10}}}},
+    {"name": "window_page_across", "body": {"query": _MATCH, "from": 5, "size": 10, "ext": {"jingpai": {"window": 10}}}},
+    {"name": "window_over_max", "body": {"query": _MATCH, "ext": {"jingpai": {"window": 51}}}},
+    {"name": "window_zero", "body": {"query": _MATCH, "ext": {"jingpai": {"window": 0}}}},
+    {"name": "window_fraction", "body": {"query": _MATCH, "ext": {"jingpai": {"window": 2.5}}}},
+    {"name": "window_text", "body": {"query": _MATCH, "ext": {"jingpai": {"window": "ten"}}}},
+    {"name": "window_numeric_text", "body": {"query": _MATCH, "ext": {"jingpai": {"window": "10"}}}},
+    {"name": "window_boolean", "body": {"query": _MATCH, "ext": {"jingpai": {"window": True}}}},
+    {"name": "fields", "body": {"query": _MATCH, "ext": {"jingpai": {"fields": ["content"]}}}},
+    {"name": "fields_empty", "body": {"query": _MATCH, "ext": {"jingpai": {"fields": []}}}},
+    {"name": "fields_not_strings", "body": {"query": _MATCH, "ext": {"jingpai": {"fields": [1, 2]}}}},
+    {"name": "query", "body": {"query": _MATCH, "ext": {"jingpai": {"query": "国内生产总值"}}}},
+    {"name": "query_without_full_text", "body": {"query": {"term": {"lang": "zh"}}, "ext": {"jingpai": {"query": "国内生产总值"}}}},
+    {"name": "no_full_text", "body": {"query": {"term": {"lang": "zh"}}, "ext": {"jingpai": {"fusion": "rrf"}}}},
+    {"name": "query_empty", "body": {"query": _MATCH, "ext": {"jingpai": {"query": ""}}}},
+    {"name": "fusion_rrf", "body": {"query": _MATCH, "ext": {"jingpai": {"fusion": "rrf"}}}},
+    {"name": "fusion_rrf_k", "body": {"query": _MATCH, "ext": {"jingpai": {"fusion": "rrf", "rrf_k": 5, "fusion_weight": 0.7}}}},
+    {"name": "fusion_weight_only", "body": {"query": _MATCH, "ext": {"jingpai": {"fusion_weight": 0.2}}}},
+    {"name": "fusion_replace", "body": {"query": _MATCH, "ext": {"jingpai": {"fusion": "replace"}}}},
+    {"name": "fusion_unknown", "body": {"query": _MATCH, "ext": {"jingpai": {"fusion": "sum"}}}},
+    {"name": "fusion_weight_over", "body": {"query": _MATCH, "ext": {"jingpai": {"fusion_weight": 1.5}}}},
+    {"name": "fusion_weight_numeric_text", "body": {"query": _MATCH, "ext": {"jingpai": {"fusion_weight": "0.3"}}}},
+    {"name": "fusion_weight_integer", "body": {"query": _MATCH, "ext": {"jingpai": {"fusion_weight": 1}}}},
+    {"name": "rrf_k_zero", "body": {"query": _MATCH, "ext": {"jingpai": {"fusion": "rrf", "rrf_k": 0}}}},
+    {"name": "mode_unknown", "body": {"query": _MATCH, "ext": {"jingpai": {"mode": "fast"}}}},
+    {"name": "unknown_key", "body": {"query": _MATCH, "ext": {"jingpai": {"widow": 10}}}},
+    {"name": "model_and_hybrid_accepted", "body": {"query": _MATCH, "ext": {"jingpai": {"model": "any", "hybrid": {"enabled": True, "k": 5}}}}},
+    {"name": "hybrid_shorthand", "body": {"query": _MATCH, "ext": {"jingpai": {"hybrid": False}}}},
+    {"name": "hybrid_unknown_key", "body": {"query": _MATCH, "ext": {"jingpai": {"hybrid": {"kk": 5}}}}},
+    {"name": "sorted", "body": {"query": _MATCH, "sort": [{"date": "desc"}], "ext": {"jingpai": {"window": 5}}}},
+    {"name": "page_over_max_window", "body": {"query": _MATCH, "from": 45, "size": 10, "ext": {"jingpai": {"window": 10}}}},
+    # _source folding: the window returns the rerank fields whatever the search's filter
+    {"name": "source_false", "body": {"query": _MATCH, "_source": False}},
+    {"name": "source_true", "body": {"query": _MATCH, "_source": True}},
+    {"name": "source_list", "body": {"query": _MATCH, "_source": ["id"]}},
+    {"name": "source_pattern", "body": {"query": _MATCH, "_source": "tit*"}},
+    {"name": "source_includes_excludes", "body": {"query": _MATCH, "_source": {"includes": ["id"], "excludes": ["content"]}}},
+    {"name": "source_excludes_only", "body": {"query": _MATCH, "_source": {"excludes": ["tit?e"]}}},
+    {"name": "source_list_ext_fields", "body": {"query": _MATCH, "_source": ["id", "title"], "ext": {"jingpai": {"fields": ["content"]}}}},
+    {"name": "source_not_reranked", "body": {"query": _MATCH, "_source": False, "ext": {"jingpai": {"mode": "augment"}}}},
+]
+
+
+def override_vectors() -> dict:
+    from jingpai.indexer.mapping import IndexMeta
+    from jingpai.plugin.augment import find_full_text
+    from jingpai.plugin.gateway.errors import BadGatewayRequest
+    from jingpai.plugin.gateway.plan import Planner, parse_search, plan_search, shape_reason
+    from jingpai.plugin.settings import GatewaySettings
+    from jingpai.reranker.fusion import FusionSpec
+
+    fusion = FusionSpec(**OVERRIDE_SETTINGS["fusion"])
+    settings = GatewaySettings(engine_url="http://engine:9200", reranker_url="http://reranker:8081", window=OVERRIDE_SETTINGS["window"],
+                               max_window=OVERRIDE_SETTINGS["max_window"], fusion=fusion.mode, fusion_weight=fusion.weight, rrf_k=fusion.rrf_k)
+    meta = IndexMeta(tuple(OVERRIDE_SETTINGS["fields"]), None, "term_frequency", "nested")
+    planner = Planner(settings)
+    cases = []
+    for case in OVERRIDE_CASES:
+        body = case["body"]
+        out: dict[str, Any] = {**case, "from": body.get("from", 0), "size": body.get("size", 10),
+                               "shape_reason": shape_reason(body, {}, planner),
+                               "query_text": " ".join(dict.fromkeys(c.text for c in find_full_text(body["query"], meta.text_fields)))}
+        try:
+            plan = plan_search(parse_search("docs", body, {}, settings=settings), meta, planner)
+        except BadGatewayRequest as exc:
+            # the field the message names first, as the plugin names it (a list item's index dropped)
+            message = str(exc)
+            field = "window" if "max_window" in message else re.sub(r"\.\d+$", "", message.split(": ")[1])
+            cases.append({**out, "error": message, "error_field": field})
+            continue
+        cases.append({**out, "plan": {
+            "mode": plan.mode, "reason": plan.reason, "window": plan.window, "query_text": plan.query_text if plan.rerank else None,
+            "fields": list(plan.fields) if plan.rerank else None, "fusion": plan.fusion.describe() if plan.fusion else None,
+            "engine_from": plan.body.get("from"), "engine_size": plan.body.get("size"),
+            "source": {"added": list(plan.source.added), "drop": plan.source.drop, "engine_source": plan.body.get("_source")}
+            if plan.rerank else None,
+        }})
+    return {"about": "the gateway's parse_search + plan_search on a jingpai index with text fields title, content (no dictionary "
+                     "loaded: query_text is the full-text clauses' texts); settings: the gateway's and the pipeline's", "settings":
+            OVERRIDE_SETTINGS, "cases": cases}
+
+
+GENERATORS = {"fusion.json": fusion_vectors, "paging.json": paging_vectors, "augment.json": augment_vectors,
+              "overrides.json": override_vectors}
 
 
 def _write() -> None:

@@ -18,6 +18,13 @@ from jingpai.plugin.settings import GATEWAY_MODES, MAX_KNN_CANDIDATES, GatewayCo
 from jingpai.reranker.fusion import FusionSpec
 
 
+def _not_boolean(value: Any) -> Any:
+    # pydantic's lax mode reads true as 1: a window or weight of `true` is a client's mistake, not a number
+    if isinstance(value, bool):
+        raise ValueError("expected a number, not a boolean")
+    return value
+
+
 class FusionParams(BaseModel):
     """A request's fusion overrides (``ext.jingpai`` keys, or ``?jingpai_<key>=`` URL parameters)."""
 
@@ -26,6 +33,11 @@ class FusionParams(BaseModel):
     fusion: Literal["replace", "linear", "rrf"] | None = None
     fusion_weight: float | None = Field(default=None, ge=0.0, le=1.0)
     rrf_k: int | None = Field(default=None, ge=1)
+
+    @field_validator("fusion_weight", "rrf_k", mode="before")
+    @classmethod
+    def _no_boolean(cls, value: Any) -> Any:
+        return _not_boolean(value)
 
     def over(self, base: FusionSpec) -> FusionSpec:
         """These overrides on top of ``base`` (the index's or the gateway's fusion)."""
@@ -72,6 +84,11 @@ class JingpaiExt(FusionParams):
     query: str | None = Field(default=None, min_length=1)
     #: ``true`` / ``false`` is ``{"enabled": …}``
     hybrid: HybridParams | None = None
+
+    @field_validator("window", mode="before")
+    @classmethod
+    def _window_not_boolean(cls, value: Any) -> Any:
+        return _not_boolean(value)
 
     @field_validator("hybrid", mode="before")
     @classmethod

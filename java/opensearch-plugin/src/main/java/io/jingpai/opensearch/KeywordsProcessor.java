@@ -56,7 +56,8 @@ public final class KeywordsProcessor extends AbstractProcessor implements Search
 
     @Override
     public SearchRequest processRequest(SearchRequest request, PipelineProcessingContext context) throws Exception {
-        if (request.source() == null || request.source().query() == null) {
+        // ext.jingpai.mode "off": the search goes to the engine as the client wrote it (the gateway's ?jingpai=off)
+        if ("off".equals(Overrides.of(request, context).mode()) || request.source() == null || request.source().query() == null) {
             return request;
         }
         QueryRewriter.Result result = rewriter.rewrite(toMap(request.source().query()));

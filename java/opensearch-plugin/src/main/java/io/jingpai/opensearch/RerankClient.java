@@ -56,18 +56,28 @@ public class RerankClient {
     private volatile Integer maxBatch;
     private volatile boolean described;
     private final CircuitBreaker breaker;
+    private final RerankSlots slots;
 
-    /** A client with a breaker of its own, at the gateway's defaults. */
+    /** A client with a breaker and slots of its own, at the gateway's defaults. */
     public RerankClient(String url, int timeoutMs) {
         this(url, timeoutMs, new CircuitBreaker("reranker at " + url, CircuitBreaker.DEFAULT_FAILURES, CircuitBreaker.DEFAULT_RESET_S,
             CircuitBreaker.MONOTONIC));
     }
 
-    /** A client whose calls go through {@code breaker} (the processors pass the node's breaker of the URL). */
+    /** A client whose calls go through {@code breaker}, with slots of its own. */
     public RerankClient(String url, int timeoutMs, CircuitBreaker breaker) {
+        this(url, timeoutMs, breaker, new RerankSlots("reranker at " + url, RerankSlots.DEFAULT_CONCURRENCY));
+    }
+
+    /**
+     * A client whose calls each hold one of {@code slots} and go through {@code breaker} (the processors pass the node's
+     * breaker and slots of the URL).
+     */
+    public RerankClient(String url, int timeoutMs, CircuitBreaker breaker, RerankSlots slots) {
         this.url = url.replaceAll("/+$", "");
         this.timeout = Duration.ofMillis(timeoutMs);
         this.breaker = breaker;
+        this.slots = slots;
         this.http = AccessController.doPrivileged((PrivilegedAction<HttpClient>) () ->
             HttpClient.newBuilder().connectTimeout(timeout).version(HttpClient.Version.HTTP_1_1).executor(EXECUTOR).build());
     }
@@ -78,7 +88,7 @@ public class RerankClient {
      * java.net.http module's frames, not only this plugin's. These threads are made here, privileged, in the calling
      * thread's group: only this plugin's permissions are checked. Idle threads end after a minute.
      */
-    private static final ExecutorService EXECUTOR = Executors.newCachedThreadPool(new ThreadFactory() {
+    static final ThreadFactory THREADS = new ThreadFactory() {
         private final AtomicInteger next = new AtomicInteger();
 
         @Override
@@ -89,7 +99,8 @@ public class RerankClient {
                 return t;
             });
         }
-    });
+    };
+    private static final ExecutorService EXECUTOR = Executors.newCachedThreadPool(THREADS);
 
     public String modelId() {
         return modelId;
@@ -99,11 +110,24 @@ public class RerankClient {
         return breaker;
     }
 
+    public RerankSlots slots() {
+        return slots;
+    }
+
     /**
-     * Scores of {@code texts} against {@code query}, in input order. While the breaker is open, fails at once with
-     * reason {@code circuit_open}; every other outcome is recorded by the breaker (as the gateway's client does).
+     * Scores of {@code texts} against {@code query}, in input order, once a slot is held (none within the timeout:
+     * reason {@code reranker_busy}). While the breaker is open, fails at once with reason {@code circuit_open}; every
+     * other outcome is recorded by the breaker (as the gateway's client does).
      */
     public CompletableFuture<double[]> rerank(String query, List<String> texts) {
+        return slots.acquire(timeout.toMillis()).thenCompose(held -> {
+            CompletableFuture<double[]> call = guarded(query, texts);
+            call.whenComplete((scores, exc) -> slots.release());
+            return call;
+        });
+    }
+
+    private CompletableFuture<double[]> guarded(String query, List<String> texts) {
         if (!breaker.allow()) {
             return CompletableFuture.failedFuture(
                 new Unavailable("circuit_open", "reranker at " + url + " failed repeatedly; circuit breaker is open"));

@@ -41,12 +41,64 @@ public final class RerankProcessor {
 
     private RerankProcessor() {}
 
-    /** The window decided for one search (reason != null: not reranked). */
-    public record Plan(String reason, int from, int size, int window, String queryText, Map<String, Object> augment) {}
+    /**
+     * The window decided for one search (reason != null: not reranked; window 0: none planned), with this search's
+     * mode, rerank fields and fusion (the pipeline's, or its ext.jingpai's).
+     */
+    public record Plan(String mode, String reason, int from, int size, int window, String queryText, SourceFold source, Fusion fusion,
+                       Map<String, Object> augment) {
+        /** the document fields sent to the reranker */
+        public List<String> fields() {
+            return source.fields();
+        }
+
+        /** This plan with the search's _source filter folded in (the window must return the rerank fields). */
+        public Plan folded(org.opensearch.search.fetch.subphase.FetchSourceContext ctx) {
+            return new Plan(mode, reason, from, size, window, queryText, SourceFold.fold(ctx, source.fields()), fusion, augment);
+        }
+
+        /** the hits asked of the engine from 0 when the window is reranked: the window, or the whole page when it ends past it */
+        public int engineSize() {
+            return Math.max(window, from + size);
+        }
+    }
+
+    /**
+     * The gateway's planning of one search (plan_search and _rerank_plan of jingpai/plugin/gateway/plan.py) on plain
+     * data: the mode (ext.jingpai's, else rerank), why it is not reranked, or the window the engine is asked for.
+     *
+     * @param shapeReason why its shape allows no rerank ({@link #shapeReason}), or null
+     * @param rewriteQueryText the full-text clauses' texts (jingpai_keywords), "" when none
+     * @throws IllegalArgumentException ext.jingpai.window over the pipeline's max_window (HTTP 400, as the gateway)
+     */
+    public static Plan plan(Settings settings, Overrides overrides, String shapeReason, int from, int size, String rewriteQueryText,
+                            Map<String, Object> augment) {
+        Fusion fusion = overrides.over(settings.fusion());
+        SourceFold fields = SourceFold.none(overrides.fields() != null ? overrides.fields() : settings.fields());
+        String mode = overrides.mode() != null ? overrides.mode() : "rerank";
+        String queryText = overrides.query() != null ? overrides.query() : rewriteQueryText;
+        if (mode.equals("off")) {
+            return new Plan(mode, "disabled", from, size, 0, queryText, fields, fusion, augment);
+        }
+        String reason = mode.equals("augment") ? "augment_only" : shapeReason;
+        if (reason == null && queryText.isEmpty()) {
+            reason = "no_full_text_query";
+        }
+        if (reason != null) {
+            return new Plan(mode, reason, from, size, 0, queryText, fields, fusion, augment);
+        }
+        if (overrides.window() != null && overrides.window() > settings.maxWindow()) {
+            throw new IllegalArgumentException("ext.jingpai.window " + overrides.window() + " exceeds the pipeline's max_window "
+                + settings.maxWindow());
+        }
+        // the engine's top W whatever the page (paging never repeats or skips a hit): as the gateway
+        int window = Math.min(overrides.window() != null ? overrides.window() : settings.window(), settings.maxWindow());
+        return new Plan(mode, from >= window ? "beyond_window" : null, from, size, window, queryText, fields, fusion, augment);
+    }
 
     /** The settings of one jingpai_rerank (defaults: the gateway's). */
     public record Settings(String url, int window, int maxWindow, List<String> fields, int docChars, int timeoutMs, Fusion fusion,
-                           int breakerFailures, double breakerResetS) {
+                           int breakerFailures, double breakerResetS, int rerankConcurrency) {
         static Settings read(String tag, Map<String, Object> config, List<String> allowedHosts) {
             String url = ConfigurationUtils.readStringProperty(TYPE, tag, config, "reranker_url");
             String host = URI.create(url).getHost();
@@ -70,9 +122,11 @@ public final class RerankProcessor {
             int rrfK = KeywordsProcessor.number(config.remove("rrf_k"), 60).intValue();
             int breakerFailures = breakerFailures(tag, config.remove("breaker_failures"));
             double breakerResetS = breakerResetS(tag, config.remove("breaker_reset_s"));
+            int concurrency = positiveInteger(tag, config.remove("rerank_concurrency"), "rerank_concurrency", RerankSlots.DEFAULT_CONCURRENCY,
+                "reranker calls in flight at once on this node");
             try {
                 return new Settings(url, window, maxWindow, fields, docChars, timeoutMs, new Fusion(mode, weight, rrfK), breakerFailures,
-                    breakerResetS);
+                    breakerResetS, concurrency);
             } catch (IllegalArgumentException e) {
                 throw ConfigurationUtils.newConfigurationException(TYPE, tag, "fusion", e.getMessage());
             }
@@ -95,13 +149,18 @@ public final class RerankProcessor {
 
         /** breaker_failures: consecutive reranker failures that open the breaker, an integer >= 1 (default 3). */
         static int breakerFailures(String tag, Object value) {
+            return positiveInteger(tag, value, "breaker_failures", CircuitBreaker.DEFAULT_FAILURES,
+                "consecutive reranker failures that open the circuit breaker");
+        }
+
+        /** An integer setting >= 1 ({@code fallback} when not given); the error names it and says what it is. */
+        static int positiveInteger(String tag, Object value, String name, int fallback, String what) {
             if (value == null) {
-                return CircuitBreaker.DEFAULT_FAILURES;
+                return fallback;
             }
             double v = numberOrNaN(value);
             if (!(v >= 1) || v != Math.rint(v) || v > Integer.MAX_VALUE) {
-                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "breaker_failures",
-                    "must be an integer >= 1 (consecutive reranker failures that open the circuit breaker), got " + value);
+                throw ConfigurationUtils.newConfigurationException(TYPE, tag, name, "must be an integer >= 1 (" + what + "), got " + value);
             }
             return (int) v;
         }
@@ -174,6 +233,7 @@ public final class RerankProcessor {
 
         @Override
         public SearchRequest processRequest(SearchRequest request, PipelineProcessingContext context) {
+            Overrides overrides = Overrides.of(request, context);
             SearchSourceBuilder src = request.source();
             QueryRewriter.Result rewrite = (QueryRewriter.Result) context.getAttribute(KeywordsProcessor.ATTR_REWRITE);
             Map<String, Object> augment = new LinkedHashMap<>();
@@ -181,19 +241,17 @@ public final class RerankProcessor {
             augment.put("keywords", rewrite == null ? List.of() : rewrite.keywords.stream().map(Map.Entry::getKey).toList());
             int from = src == null || src.from() < 0 ? 0 : src.from();
             int size = src == null || src.size() < 0 ? 10 : src.size();
-            String reason = shapeReason(request, settings);
-            String queryText = rewrite != null ? rewrite.queryText() : "";
-            if (reason == null && queryText.isEmpty()) {
-                reason = "no_full_text_query";
-            }
-            if (reason == null && from >= settings.window()) {
-                reason = "beyond_window"; // the engine answers this page as asked
-            }
-            if (reason == null) {
+            Plan plan = plan(settings, overrides, shapeReason(request, settings), from, size, rewrite != null ? rewrite.queryText() : "",
+                augment);
+            if (plan.reason() == null) {
                 src.from(0);
-                src.size(Math.max(settings.window(), from + size));
+                src.size(plan.engineSize());
+                plan = plan.folded(src.fetchSource());
+                if (plan.source().fetch() != null) {
+                    src.fetchSource(plan.source().fetch());
+                }
             }
-            context.setAttribute(ATTR_PLAN, new Plan(reason, from, size, settings.window(), queryText, augment));
+            context.setAttribute(ATTR_PLAN, plan);
             return request;
         }
     }
@@ -245,7 +303,7 @@ public final class RerankProcessor {
                 int w = Math.min(plan.window(), hits.length);
                 List<String> texts = new ArrayList<>();
                 for (int i = 0; i < w; i++) {
-                    texts.add(Window.docText(hits[i].getSourceAsMap(), settings.fields(), settings.docChars()));
+                    texts.add(Window.docText(hits[i].getSourceAsMap(), plan.fields(), settings.docChars()));
                 }
                 if (texts.stream().allMatch(String::isEmpty)) {
                     listener.onResponse(withExt(response, enginePage(response, plan), info(plan, "no_document_text", Map.of())));
@@ -279,7 +337,7 @@ public final class RerankProcessor {
                 engine[i] = Float.isNaN(hits[i].getScore()) ? null : Double.parseDouble(Float.toString(hits[i].getScore()));
             }
             double[] fused = new double[Math.min(plan.window(), hits.length)];
-            List<Window.Placed> page = Window.page(engine, scores, plan.window(), plan.from(), plan.size(), settings.fusion(), fused);
+            List<Window.Placed> page = Window.page(engine, scores, plan.window(), plan.from(), plan.size(), plan.fusion(), fused);
             SearchHit[] out = new SearchHit[page.size()];
             for (int i = 0; i < out.length; i++) {
                 Window.Placed placed = page.get(i);
@@ -287,6 +345,7 @@ public final class RerankProcessor {
                 if (placed.reranked()) {
                     out[i].score((float) placed.score());
                 }
+                plan.source().unfold(out[i]);
             }
             double max = Arrays.stream(fused).max().orElse(Double.NaN);
             SearchHits old = response.getHits();
@@ -296,7 +355,7 @@ public final class RerankProcessor {
             extra.put("reranked", true);
             extra.put("model", client.modelId());
             extra.put("took_rerank_ms", took);
-            extra.put("fusion", settings.fusion().describe());
+            extra.put("fusion", plan.fusion().describe());
             return withExt(response, newHits, info(plan, null, extra));
         }
 
@@ -304,18 +363,19 @@ public final class RerankProcessor {
         private static SearchHits enginePage(SearchResponse response, Plan plan) {
             SearchHits old = response.getHits();
             List<SearchHit> page = Window.slice(Arrays.asList(old.getHits()), plan.from(), plan.size());
+            page.forEach(plan.source()::unfold);
             return new SearchHits(page.toArray(new SearchHit[0]), old.getTotalHits(), old.getMaxScore(), old.getSortFields(),
                 old.getCollapseField(), old.getCollapseValues());
         }
 
         private Map<String, Object> info(Plan plan, String reason, Map<String, Object> extra) {
             Map<String, Object> info = new LinkedHashMap<>();
-            info.put("mode", "rerank");
+            info.put("mode", plan == null ? "rerank" : plan.mode());
             info.put("reranked", false);
             info.put("reason", reason);
             if (plan != null) {
                 info.putAll(plan.augment());
-                info.put("window", plan.window());
+                info.put("window", plan.window() == 0 ? null : plan.window());
             }
             info.putAll(extra);
             return info;
@@ -361,7 +421,8 @@ public final class RerankProcessor {
                                boolean ignoreFailure, Map<String, Object> config, Processor.PipelineContext pipelineContext) {
             Settings settings = Settings.read(tag, config, allowedHosts);
             CircuitBreaker breaker = CircuitBreaker.shared(settings.url(), settings.breakerFailures(), settings.breakerResetS());
-            return new Response(tag, description, ignoreFailure, settings, new RerankClient(settings.url(), settings.timeoutMs(), breaker));
+            RerankSlots slots = RerankSlots.shared(settings.url(), settings.rerankConcurrency());
+            return new Response(tag, description, ignoreFailure, settings, new RerankClient(settings.url(), settings.timeoutMs(), breaker, slots));
         }
     }
 }
