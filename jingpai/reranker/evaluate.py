@@ -82,8 +82,46 @@ def roc_auc(scores: np.ndarray, positive: np.ndarray) -> float:
     return float((ranks[positive].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
+def evaluate_levels(probabilities: np.ndarray, labels: Sequence[float] | np.ndarray) -> dict[str, float]:
+    """Metrics of a graded-level model (TITA's 3 levels): the most probable level against integer level labels.
+
+    Returns:
+        ``level_accuracy``, ``level_accuracy_<k>`` per level (NaN when level k is absent), ``predicted_<k>``
+        (how often level k was predicted) and ``majority_baseline`` (the accuracy of always answering the most
+        frequent level), so a model that never predicts a level cannot hide behind its accuracy.
+
+    Raises:
+        EvaluationError: shapes that do not fit, or a label that is not a level of the model.
+
+    >>> m = evaluate_levels(np.array([[.8, .1, .1], [.1, .7, .2], [.2, .2, .6], [.5, .4, .1]]), [0, 1, 2, 1])
+    >>> m["level_accuracy"], m["level_accuracy_1"], m["predicted_0"], m["majority_baseline"]
+    (0.75, 0.5, 2.0, 0.5)
+    """
+    probs = np.asarray(probabilities, dtype=np.float64)
+    gold = np.asarray(labels, dtype=np.float64)
+    if probs.ndim != 2 or probs.shape[0] != len(gold) or len(gold) == 0:
+        raise EvaluationError(f"expected one row of level probabilities per label, got {probs.shape} for {len(gold)} labels")
+    levels = probs.shape[1]
+    if not np.all((gold == np.round(gold)) & (gold >= 0) & (gold < levels)):
+        raise EvaluationError(f"level labels must be integers 0..{levels - 1}, got {sorted(set(gold.tolist()))[:10]}")
+    gold_i, predicted = gold.astype(int), probs.argmax(1)
+    result = {"level_accuracy": float((predicted == gold_i).mean())}
+    for k in range(levels):
+        result[f"level_accuracy_{k}"] = float((predicted[gold_i == k] == k).mean()) if (gold_i == k).any() else float("nan")
+    for k in range(levels):
+        result[f"predicted_{k}"] = float((predicted == k).sum())
+    result["majority_baseline"] = float(np.bincount(gold_i, minlength=levels).max() / len(gold_i))
+    return result
+
+
 def class_balance_warning(metrics: dict[str, float], *, floor: float = 0.10) -> str | None:
     """A warning when a class is (nearly) never predicted: accuracy alone hides a collapsed model."""
+    for k in range(10):
+        value = metrics.get(f"level_accuracy_{k}", float("nan"))
+        if value == value and value < floor:
+            return (f"accuracy on level {k} is {value:.3f} (< {floor:.2f}): the model (nearly) never predicts it; level accuracy "
+                    f"{metrics.get('level_accuracy', float('nan')):.3f} against {metrics.get('majority_baseline', float('nan')):.3f} for "
+                    "always the most frequent level")
     for name, label in (("accuracy_pos", "positive"), ("accuracy_neg", "negative")):
         value = metrics.get(name, float("nan"))
         if value == value and value < floor:  # NaN: class absent
@@ -187,12 +225,19 @@ def evaluate_model(
     relevant_min: float = 1.0,
     cutoffs: Sequence[int] = DEFAULT_CUTOFFS,
 ) -> dict[str, float]:
-    """Score ``pairs`` with ``model`` and compute :func:`evaluate_scores` (threshold from the model's head)."""
-    scores = model.predict([(p.query, p.document) for p in pairs], batch_size=batch_size)
-    return evaluate_scores(
+    """Score ``pairs`` with ``model`` and compute :func:`evaluate_scores` (threshold from the model's head); for a
+    graded-level model (one with ``probabilities``, e.g. TITA) on integer level labels, :func:`evaluate_levels` too."""
+    texts = [(p.query, p.document) for p in pairs]
+    scores = model.predict(texts, batch_size=batch_size)
+    metrics = evaluate_scores(
         pairs, scores, threshold=default_threshold(model) if threshold is None else threshold,
         relevant_min=relevant_min, cutoffs=cutoffs,
     )
+    probabilities = getattr(model, "probabilities", None)
+    labels = np.array([p.label for p in pairs], dtype=np.float64)
+    if callable(probabilities) and np.all((labels == np.round(labels)) & (labels >= 0) & (labels < model.num_labels)):
+        metrics.update(evaluate_levels(probabilities(texts, batch_size=batch_size), labels))
+    return metrics
 
 
 def evaluate_rankings(
@@ -275,12 +320,12 @@ def to_markdown(metrics: dict[str, float], *, title: str | None = None) -> str:
     lines = [f"### {title}", ""] if title else []
     lines += ["| metric | value |", "|---|---|"]
     for name, value in metrics.items():
-        shown = f"{int(value)}" if name in ("pairs", "queries", "skipped_queries") else f"{value:.4f}"
+        shown = f"{int(value)}" if name in ("pairs", "queries", "skipped_queries") or name.startswith("predicted_") else f"{value:.4f}"
         lines.append(f"| {name} | {shown} |")
     return "\n".join(lines) + "\n"
 
 
 __all__ = [
-    "EvaluationError", "class_balance_warning", "default_threshold", "evaluate_model", "evaluate_rankings", "evaluate_run",
+    "EvaluationError", "class_balance_warning", "default_threshold", "evaluate_levels", "evaluate_model", "evaluate_rankings", "evaluate_run",
     "evaluate_scores", "roc_auc", "to_markdown",
 ]

@@ -19,6 +19,7 @@ ARCHITECTURES: dict[str, str] = {
     "kwbert": "jingpai.reranker.models.kwbert:KeywordBertReranker",
     "bertca": "jingpai.reranker.models.bertca:BertCAReranker",
     "tita": "jingpai.reranker.models.tita:TitaReranker",
+    "use-tita": "jingpai.reranker.models.use_tita:UseTitaReranker",
     "hcan": "jingpai.reranker.models.hcan:HcanReranker",
     "iasm": "jingpai.reranker.models.iasm:IasmReranker",
     "use-bi": "jingpai.reranker.models.use_bi:UseBiEncoderReranker",

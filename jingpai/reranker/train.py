@@ -347,7 +347,7 @@ class _TrainRun:
         if warning:
             # selecting on a pair metric, a collapsed class is the failure to flag; on a ranking metric the
             # 0.5 threshold is not what is optimised, so it is only noted
-            logger.log(logging.WARNING if metric in ("AUC", "F1", "accuracy") else logging.INFO, "step %d: %s", self.step, warning)
+            logger.log(logging.WARNING if metric in ("AUC", "F1", "accuracy", "level_accuracy") else logging.INFO, "step %d: %s", self.step, warning)
         return metrics
 
     def evaluate(self, epoch: int) -> None:

@@ -12,7 +12,7 @@ from typing import Literal, get_args
 
 from jingpai.errors import UserError
 
-DevMetric = Literal["auto", "AUC", "F1", "accuracy", "MAP", "MRR", "nDCG@10", "P@1", "loss"]
+DevMetric = Literal["auto", "AUC", "F1", "accuracy", "level_accuracy", "MAP", "MRR", "nDCG@10", "P@1", "loss"]
 DEV_METRICS: tuple[str, ...] = get_args(DevMetric)
 Batching = Literal["pairs", "queries"]
 BATCHINGS: tuple[str, ...] = get_args(Batching)

@@ -132,7 +132,11 @@ class TitaNet(nn.Module):
         super().__init__()
         self.config = config
         self.bert = bert
-        d = bert.config.hidden_size
+        self.build_matching(config, bert.config.hidden_size, topic_vocab_size)
+
+    def build_matching(self, config: TitaConfig, d: int, topic_vocab_size: int, *, extra: int = 0) -> None:
+        """The layers after the encoder (stage 2, GSM, memory, output) for token states of width ``d``;
+        ``extra``: width of features the encoder adds to r1's input (0 for BERT)."""
         self.v = nn.Parameter(torch.full((d,), d**-0.5))
         self.gsm = GSM(topic_vocab_size, config.num_topics, config.topic_dim, config.topic_hidden)
         # β_k V averages rows of V over a topic's words, which shrinks them; unit-variance rows keep
@@ -141,18 +145,22 @@ class TitaNet(nn.Module):
         self.memory_out = nn.Parameter(torch.randn(config.num_topics, d) * d**-0.5)  # c in eq. 23
         self.hop_out = nn.ModuleList(nn.Linear(d, d) for _ in range(config.memory_hops))  # W_o per hop
         self.dropout = nn.Dropout(config.dropout)
-        self.r1 = nn.Linear(2 * d, config.relevance_dim)
+        self.r1 = nn.Linear(2 * d + extra, config.relevance_dim)
         self.r2 = nn.Linear(2 * d, config.relevance_dim)
         self.out = nn.Linear(2 * config.relevance_dim, NUM_LEVELS)
 
-    def interaction(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pooled ``(mean u_Q, mean u_D)``, each ``[B, d]``."""
+    def encode(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Stage 1: ``(e_pair [B, N, d], e_Q [B, M, d], extra r1 features or None)``."""
         e_pair = self.bert(
             input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], token_type_ids=batch["token_type_ids"]
         ).last_hidden_state
         e_q = self.bert(
             input_ids=batch["q_input_ids"], attention_mask=batch["q_attention_mask"], token_type_ids=batch["q_token_type_ids"]
         ).last_hidden_state
+        return e_pair, e_q, None
+
+    def interaction(self, batch: dict[str, torch.Tensor], e_pair: torch.Tensor, e_q: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stage 2, pooled: ``(mean u_Q, mean u_D)``, each ``[B, d]``."""
         d_mask, q_mask = batch["d_mask"], batch["q_mask"]
         sim = (e_q * self.v) @ e_pair.transpose(1, 2)  # [B, M, N]; pair positions outside D are masked below
         u_q = masked_softmax(sim, d_mask[:, None, :], dim=-1) @ e_pair + e_q
@@ -168,10 +176,11 @@ class TitaNet(nn.Module):
         return u
 
     def forward(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        uq, ud = self.interaction(batch)
+        e_pair, e_q, extra = self.encode(batch)
+        uq, ud = self.interaction(batch, e_pair, e_q)
         uq, ud = self.dropout(uq), self.dropout(ud)
         od = self.dropout(self.memory(ud))
-        r1 = self.r1(torch.cat([ud, uq], dim=-1))
+        r1 = self.r1(torch.cat([ud, uq] if extra is None else [ud, uq, self.dropout(extra)], dim=-1))
         r2 = self.r2(torch.cat([od, uq], dim=-1))
         return self.out(torch.cat([r1, r2], dim=-1))
 

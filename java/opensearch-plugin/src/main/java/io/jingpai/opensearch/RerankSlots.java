@@ -7,6 +7,8 @@
 package io.jingpai.opensearch;
 
 import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
@@ -47,12 +49,17 @@ public final class RerankSlots {
         return slots;
     }
 
-    /** Set the limit (calls in flight keep their slots; a raised limit lets waiters in as slots free). */
-    public synchronized void configure(int limit) {
+    /** Set the limit: calls in flight keep their slots; a raised limit lets waiters in at once. */
+    public void configure(int limit) {
         if (limit < 1) {
             throw new IllegalArgumentException("rerank_concurrency must be >= 1, got " + limit);
         }
-        this.limit = limit;
+        List<Waiter> ready;
+        synchronized (this) {
+            this.limit = limit;
+            ready = takeReady();
+        }
+        ready.forEach(w -> w.slot().complete(null));
     }
 
     public synchronized int limit() {
@@ -97,20 +104,28 @@ public final class RerankSlots {
         return waiter.slot();
     }
 
-    /** Give a slot back: to the longest waiter, else to the pool. */
+    /** Give a slot back: to the longest waiter, unless the calls in flight are at or over a (lowered) limit. */
     public void release() {
-        Waiter next;
+        List<Waiter> ready;
         synchronized (this) {
-            next = inFlight <= limit ? waiting.poll() : null; // over the limit (it was lowered): the slot is not passed on
-            if (next == null) {
-                inFlight--;
-                return;
-            }
+            inFlight--;
+            ready = takeReady();
+        }
+        ready.forEach(w -> w.slot().complete(null)); // outside the lock: the waiters' calls start from here
+    }
+
+    /** The waiters that get a slot now, longest first; each one's slot is counted, its deadline cancelled. */
+    private List<Waiter> takeReady() {
+        List<Waiter> ready = new ArrayList<>();
+        while (inFlight < limit && !waiting.isEmpty()) {
+            Waiter next = waiting.poll();
             if (next.deadline()[0] != null) {
                 next.deadline()[0].cancel(false);
             }
+            inFlight++;
+            ready.add(next);
         }
-        next.slot().complete(null); // outside the lock: the waiter's call starts from here
+        return ready;
     }
 
     private static ScheduledThreadPoolExecutor timer() {

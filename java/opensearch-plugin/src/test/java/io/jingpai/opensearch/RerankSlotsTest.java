@@ -66,6 +66,12 @@ class RerankSlotsTest {
         assertTrue(waiter.isDone());
         assertEquals(1, slots.inFlight());
         assertThrows(IllegalArgumentException.class, () -> slots.configure(0));
+        CompletableFuture<Void> a = slots.acquire(60_000);
+        CompletableFuture<Void> b = slots.acquire(60_000);
+        assertFalse(a.isDone() || b.isDone());
+        slots.configure(3);
+        assertTrue(a.isDone() && b.isDone(), "a raised limit lets the waiters in at once");
+        assertEquals(3, slots.inFlight());
     }
 
     @Test
