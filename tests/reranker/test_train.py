@@ -93,7 +93,7 @@ def test_same_seed_same_model(tiny_bert_dir: Path, balanced_afqmc: list[LabeledP
 def test_settings_and_data_errors(tiny_bert_dir: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="grad_accum must be >= 1, got 0"):
         TrainSettings(grad_accum=0)
-    with pytest.raises(ValueError, match="unknown dev metric 'ROC'; expected one of auto, AUC, F1, accuracy, MAP, MRR, nDCG@10, P@1, loss"):
+    with pytest.raises(ValueError, match="unknown dev metric 'ROC'; expected one of auto, AUC, F1, accuracy, level_accuracy, MAP, MRR, nDCG@10, P@1, loss"):
         TrainSettings(metric="ROC")  # type: ignore[arg-type]
     with pytest.raises(TrainingError, match="no training pairs"):
         train(cross(tiny_bert_dir), [], None, TrainSettings(progress=False), out_dir=tmp_path)
