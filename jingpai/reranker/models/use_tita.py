@@ -148,10 +148,9 @@ class UseTitaReranker(TitaReranker):
         q_ids, q_real = self.tokenizer.batch(queries)
         d_ids, d_real = self.tokenizer.batch(docs)
         # stage 2 attends over the texts' pieces: [BOS]/[EOS] and padding excluded, as TITA's [CLS]/[SEP]
-        n_q = q_ids.shape[1]
+        # the pair states are [Q; D]: the document's positions follow all of the query's (padding included)
         d_mask = torch.cat([torch.zeros_like(q_real), d_real & (d_ids != BOS_ID) & (d_ids != EOS_ID)], dim=1)
         q_mask = q_real & (q_ids != BOS_ID) & (q_ids != EOS_ID)
-        assert d_mask.shape[1] == n_q + d_ids.shape[1]
         return {"q_ids": q_ids, "q_real": q_real, "d_ids": d_ids, "d_real": d_real, "d_mask": d_mask, "q_mask": q_mask,
                 "bow": self.bag_of_words(docs)}
 
