@@ -19,7 +19,7 @@ from jingpai.reranker.evaluate import class_balance_warning, evaluate_model
 from jingpai.reranker.models.tita import TitaError
 from jingpai.reranker.models.use_tita import UseTitaConfig, UseTitaReranker
 from jingpai.reranker.use_backbone import BOS_ID, EOS_ID
-from tests.reranker.test_tita import DOCS, PAIRS, stsb_three_levels
+from tests.reranker.test_tita import DOCS, PAIRS, fit_levels, stsb_three_levels
 
 pytest.importorskip("sentencepiece")
 
@@ -105,18 +105,7 @@ def test_training_learns_its_slice_and_level_metrics_show_every_level(shared_dat
     docs = [d for _, d in pairs]
     model = UseTitaReranker.build(docs, tiny_config(topic_vocab_size=300), device="cpu")
     model.pretrain_topics(docs, epochs=3)
-    opt = torch.optim.Adam(model.net.parameters(), lr=2e-3)
-    gen = torch.Generator().manual_seed(0)
-    y = torch.from_numpy(levels)
-    for _ in range(6):
-        model.net.train()
-        order = torch.randperm(len(pairs), generator=gen).tolist()
-        for start in range(0, len(pairs), 16):
-            idx = order[start : start + 16]
-            loss = model.loss(model.featurize([pairs[i] for i in idx]), y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    fit_levels(model, pairs, levels, epochs=6, lr=2e-3)
     from jingpai.reranker.data import LabeledPair
 
     metrics = evaluate_model(model, [LabeledPair(q, d, float(level)) for (q, d), level in zip(pairs, levels)])

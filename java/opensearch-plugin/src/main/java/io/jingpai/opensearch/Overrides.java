@@ -93,7 +93,7 @@ public record Overrides(String mode, Integer window, List<String> fields, String
         Double weight = null;
         Object w = raw.get("fusion_weight");
         if (w != null) {
-            double v = number(w);
+            double v = RerankProcessor.Settings.numberOrNaN(w);
             if (!(v >= 0 && v <= 1)) {
                 throw new Invalid("fusion_weight", "expected a number in [0, 1] (the engine's weight)", w);
             }
@@ -136,26 +136,11 @@ public record Overrides(String mode, Integer window, List<String> fields, String
         if (v == null) {
             return null;
         }
-        double d = number(v);
+        double d = RerankProcessor.Settings.numberOrNaN(v);
         if (d == Math.rint(d) && d >= 1 && d <= Integer.MAX_VALUE) {
             return (int) d;
         }
         throw new Invalid(key, "expected an integer >= 1", v);
-    }
-
-    /** a JSON number or a numeric string; NaN for anything else (a boolean included: the caller names the field) */
-    private static double number(Object v) {
-        if (v instanceof Number n) {
-            return n.doubleValue();
-        }
-        if (v instanceof String s) {
-            try {
-                return Double.parseDouble(s.trim());
-            } catch (NumberFormatException ignored) {
-                return Double.NaN;
-            }
-        }
-        return Double.NaN;
     }
 
     private static String repr(Object v) {
