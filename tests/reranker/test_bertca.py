@@ -158,3 +158,34 @@ def test_bad_flags_name_the_choices() -> None:
         BertCAConfig(decoder="gru")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown sim 'dot'; expected one of cosine, bilinear, tensor"):
         BertCAConfig(sim="dot")  # type: ignore[arg-type]
+
+
+def test_a_model_saved_before_the_fixes_loads_as_trained(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    import json
+
+    model = make(tiny_bert_dir, pooled_norm="none")
+    folder = model.save(tmp_path / "old")
+    meta_file = folder / "jingpai_model.json"
+    meta = json.loads(meta_file.read_text())
+    del meta["config"]["pooled_norm"]  # as written before the option existed
+    meta_file.write_text(json.dumps(meta))
+    loaded = Reranker.load(folder, device="cpu")
+    assert loaded.config.pooled_norm == "none"
+    np.testing.assert_array_equal(loaded.predict(PAIRS), model.predict(PAIRS))
+    with pytest.raises(ValueError, match="unknown pooled_norm 'layer'; expected one of batch, none"):
+        BertCAConfig(pooled_norm="layer")  # type: ignore[arg-type]
+
+
+def test_pooled_features_are_standardised_before_the_mlp(tiny_bert_dir: Path) -> None:
+    """Large, nearly equal K-max values would saturate the tanh MLP; BatchNorm centres and scales them per feature."""
+    model = make(tiny_bert_dir)
+    norm = model.net.mlp[0]
+    assert isinstance(norm, torch.nn.BatchNorm1d)
+    model.net.train()
+    x = 3.5 + 0.1 * torch.randn(16, norm.num_features)
+    out = norm(x).detach()
+    torch.testing.assert_close(out.mean(0), torch.zeros(norm.num_features), atol=1e-5, rtol=0)
+    assert 0.9 < float(out.std(0).mean()) < 1.1
+    # a training batch of one pair (a run's last) uses the running statistics instead of failing
+    model.loss(model.featurize(PAIRS[:1]), torch.tensor([2])).backward()
+    assert not any(isinstance(m, torch.nn.BatchNorm1d) for m in make(tiny_bert_dir, pooled_norm="none").net.mlp)

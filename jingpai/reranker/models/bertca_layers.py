@@ -37,6 +37,16 @@ def co_attention(
     return g * h_mask.unsqueeze(-1), g_prime * hd_mask.unsqueeze(-1)
 
 
+class PooledNorm(nn.BatchNorm1d):
+    """BatchNorm over the K-max pooled features; a training batch of one pair (a run's last batch can be)
+    has no spread to normalise by, so it uses the running statistics, as evaluation does."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] == 1:
+            return nn.functional.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
+        return super().forward(x)
+
+
 class BiLSTM(nn.Module):
     """A packed BiLSTM: outputs at real positions never depend on padding; padded outputs are 0."""
 
@@ -122,4 +132,4 @@ class DeepFusionLSTM(nn.Module):
         return u * g_mask.unsqueeze(-1), v * gd_mask.unsqueeze(-1)
 
 
-__all__ = ["BiLSTM", "DeepFusionLSTM", "co_attention", "masked_softmax"]
+__all__ = ["BiLSTM", "DeepFusionLSTM", "PooledNorm", "co_attention", "masked_softmax"]
