@@ -160,7 +160,7 @@ def test_bad_flags_name_the_choices() -> None:
         BertCAConfig(sim="dot")  # type: ignore[arg-type]
 
 
-def test_a_model_saved_before_the_fixes_loads_as_trained(tiny_bert_dir: Path, tmp_path: Path) -> None:
+def test_a_model_saved_before_pooled_norm_loads_as_trained(tiny_bert_dir: Path, tmp_path: Path) -> None:
     import json
 
     model = make(tiny_bert_dir, pooled_norm="none")
