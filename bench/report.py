@@ -87,7 +87,8 @@ changes), which also runs the GPU-sized rows on a CPU. `--microblog-first-stage 
 picks what the Microblog reranker reorders: the provided query-likelihood run (as the HCAN paper; needs no
 engine) and/or BM25 from the engine. A run with any of `--data`/`--epochs`/`--max-steps`/`--batch-size`
 writes to `out/report-custom[-quick]/` and its `RESULTS.md`, not to `docs/RESULTS.md`, and every row's rerun
-command repeats its options. Example:
+command repeats its options. A run with `--only` saves its rows with the others but renders to the results folder's
+`RESULTS.md`; `--render-only` then writes `docs/RESULTS.md` from every saved table. Example:
 `python -m bench report --sections qa --only qa.wikiqa --data qa.wikiqa=DIR --max-steps 200 --device cpu`.
 """
 
@@ -309,7 +310,12 @@ def report(quick, sections, only, opensearch, elasticsearch, start_engines, devi
     custom = bool(data_files) or any(v is not None for v in (epochs, max_steps, batch_size))
     results_dir = results_dir or REPO / "out" / ("report" + ("-custom" if custom else "") + ("-quick" if quick else ""))
     if out_file is None:
-        out_file = results_dir / "RESULTS.md" if quick or custom else REPO / "docs" / "RESULTS.md"
+        # an --only run saves its rows into the results folder but renders next to it: docs/RESULTS.md is rendered
+        # from every saved table, and on a machine that holds only these rows it would shrink to them
+        partial = bool(only) and not render_only
+        out_file = results_dir / "RESULTS.md" if quick or custom or partial else REPO / "docs" / "RESULTS.md"
+        if partial and not (quick or custom):
+            click.echo(f"[report] --only: docs/RESULTS.md is left as it is; `--render-only` publishes {results_dir}", err=True)
     engines = _engines(opensearch, elasticsearch)
     try:
         settings = ReportSettings(mode=mode, results_dir=results_dir, models_dir=models_dir / ("quick" if quick else ""),

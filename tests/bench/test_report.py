@@ -258,3 +258,16 @@ def test_microblog_ql_first_stage_needs_no_engine(shared_data: Path, tmp_path: P
         assert row["command"].startswith(f"python -m bench report --sections microblog --quick --only microblog.2011 --data microblog.2011={folder}")
     assert saved["meta"]["data"].startswith(f"{folder} (--data microblog.2011")
     assert "provided QL run MAP" in out.read_text(encoding="utf-8")
+
+
+def test_an_only_run_leaves_the_published_report_alone(tmp_path: Path) -> None:
+    published = eval_common.REPO / "docs" / "RESULTS.md"
+    before = published.read_bytes()
+    results = tmp_path / "results"
+    args = ["report", "--sections", "qa", "--only", "qa.nosuchset", "--results-dir", str(results), "--models-dir", str(tmp_path / "m"),
+            "--work-dir", str(tmp_path / "w"), "--no-plots", "--device", "cpu"]
+    result = CliRunner().invoke(bench, args)
+    assert result.exit_code == 0, result.output
+    assert "--only: docs/RESULTS.md is left as it is; `--render-only` publishes" in result.output
+    assert (results / "RESULTS.md").is_file()
+    assert published.read_bytes() == before
