@@ -7,7 +7,8 @@ so the harness installs it with the distribution's own tool:
 - :func:`ensure_plugin_zip` gives the zip, cached under ``<cache>/plugins/``: the k-NN zip
   (``org.opensearch.plugin:<artifact>:<version>:zip``) is fetched once with ``mvn dependency:copy`` at the
   version :data:`~jingpai.engine.settings.KNN_PLUGIN_VERSIONS` pins for the engine version (a plugin loads
-  only on the exact OpenSearch version its descriptor names); the jingpai zip is built with ``mvn package``
+  only on the exact OpenSearch version its descriptor names) and checked against the SHA-256 pinned for it
+  (:data:`~jingpai.engine.settings.KNN_PLUGIN_SHA256`, :func:`check_sha256`); the jingpai zip is built with ``mvn package``
   from ``java/opensearch-plugin`` (:func:`plugin_source_dir`) for the engine version, once per state of its
   sources (:func:`source_fingerprint`);
 - :func:`plugin_fingerprint` names what a home's plugin was made from (the pinned version, or the sources'
@@ -39,7 +40,7 @@ import httpx
 
 import jingpai
 from jingpai.engine.distributions import java_home, require_tool
-from jingpai.engine.settings import KNN_PLUGIN_VERSIONS, PLUGIN_NAMES, EngineError, EngineModuleError, EngineSettings
+from jingpai.engine.settings import KNN_PLUGIN_SHA256, KNN_PLUGIN_VERSIONS, PLUGIN_NAMES, EngineError, EngineModuleError, EngineSettings
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +58,14 @@ class PluginSpec:
         installed_name: the name the node lists it under (``GET _nodes/_local/plugins``).
         versions: engine version → plugin version, the pairs known to work together; ``None``: built from
             source (:func:`plugin_source_dir`) for whatever engine version runs it.
+        sha256: plugin version → SHA-256 of its zip, checked after each fetch (a pinned version without one is
+            fetched with Maven's ``--strict-checksums`` instead).
     """
 
     artifact: str
     installed_name: str
     versions: dict[str, str] | None
+    sha256: dict[str, str] | None = None
 
     @property
     def from_source(self) -> bool:
@@ -70,7 +74,7 @@ class PluginSpec:
 
 OPENSEARCH_PLUGINS: dict[str, PluginSpec] = {
     "jingpai": PluginSpec(artifact="jingpai-opensearch", installed_name="jingpai", versions=None),
-    "knn": PluginSpec(artifact="opensearch-knn", installed_name="opensearch-knn", versions=KNN_PLUGIN_VERSIONS),
+    "knn": PluginSpec(artifact="opensearch-knn", installed_name="opensearch-knn", versions=KNN_PLUGIN_VERSIONS, sha256=KNN_PLUGIN_SHA256),
 }
 
 
@@ -174,20 +178,48 @@ def ensure_plugin_zip(settings: EngineSettings, name: str) -> Path:
     mvn = require_tool("mvn", "install Maven (Debian: apt-get install maven)")
     folder.mkdir(parents=True, exist_ok=True)
     artifact = f"{GROUP}:{spec.artifact}:{version}:zip"
+    expected = (spec.sha256 or {}).get(version)
     logger.info("fetching plugin %s (%s) from Maven Central", name, artifact)
-    proc = subprocess.run(
-        [mvn, "-q", "-B", "--strict-checksums", "dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={folder}"],
-        capture_output=True,
-        text=True,
-        cwd=folder,
-    )
-    if proc.returncode != 0 or not zip_path.exists():
-        tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
-        raise EngineError(
-            f"could not fetch plugin {name} ({artifact}) with `mvn dependency:copy` (exit {proc.returncode}); "
-            f"check the version exists on Maven Central and the network reaches it: {' | '.join(tail)}"
+    # fetched into a scratch folder and moved into the cache only once it checks out, so a bad zip is never reused
+    with tempfile.TemporaryDirectory(prefix="jingpai-plugin-fetch-", dir=folder) as tmp:
+        checksums = [] if expected else ["--strict-checksums"]
+        proc = subprocess.run(
+            [mvn, "-q", "-B", *checksums, "dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={tmp}"],
+            capture_output=True,
+            text=True,
+            cwd=tmp,
         )
+        fetched = Path(tmp) / zip_path.name
+        if proc.returncode != 0 or not fetched.exists():
+            tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
+            raise EngineError(
+                f"could not fetch plugin {name} ({artifact}) with `mvn dependency:copy` (exit {proc.returncode}); "
+                f"check the version exists on Maven Central and the network reaches it: {' | '.join(tail)}"
+            )
+        if expected:
+            check_sha256(fetched, expected, what=f"plugin {name} ({artifact})")
+        fetched.replace(zip_path)
     return zip_path
+
+
+def check_sha256(path: Path, expected: str, *, what: str) -> None:
+    """Raise :class:`EngineError` unless ``path``'s SHA-256 is ``expected``.
+
+    >>> import tempfile, pathlib
+    >>> p = pathlib.Path(tempfile.mkdtemp()) / "z.zip"; _ = p.write_bytes(b"zip")
+    >>> check_sha256(p, "4e6d8c", what="plugin x")
+    Traceback (most recent call last):
+    ...
+    jingpai.engine.settings.EngineError: plugin x: SHA-256 of the fetched z.zip is 4a70fe9aa6436e02c2dea340fbd1e352e4ef2d8ce6ca52ad25d4b95471fc8bf2, expected 4e6d8c; the download is corrupt or not the pinned release (KNN_PLUGIN_SHA256 in jingpai.engine.settings)
+    """
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    got = digest.hexdigest()
+    if got != expected:
+        raise EngineError(f"{what}: SHA-256 of the fetched {path.name} is {got}, expected {expected}; the download is corrupt "
+                          "or not the pinned release (KNN_PLUGIN_SHA256 in jingpai.engine.settings)")
 
 
 def install_plugins(settings: EngineSettings, home: Path) -> None:
@@ -246,6 +278,7 @@ __all__ = [
     "OPENSEARCH_PLUGINS",
     "SOURCE_ENV",
     "PluginSpec",
+    "check_sha256",
     "ensure_plugin_zip",
     "install_plugins",
     "loaded_plugins",

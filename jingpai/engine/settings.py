@@ -41,6 +41,13 @@ PLUGIN_NAMES: tuple[str, ...] = ("jingpai", "knn")
 #: OpenSearch (2.19.6) has its match, so ``--plugins knn`` keeps the version every other node runs;
 #: 2.19.1 is the pair the k-NN issue named, kept for ``--version 2.19.1``.
 KNN_PLUGIN_VERSIONS: dict[str, str] = {"2.19.6": "2.19.6.0", "2.19.1": "2.19.1.0"}
+#: SHA-256 of each pinned k-NN zip as Maven Central served it (2026-11-27). The harness checks the fetched zip
+#: against it rather than against Maven's ``.sha1`` files: those come from the same server, and mirrors serve
+#: the zip without them at times (``--strict-checksums`` then refuses a good zip).
+KNN_PLUGIN_SHA256: dict[str, str] = {
+    "2.19.6.0": "c21b9565624d29fd4024e3a3902712349006cb7894a73c45d976756a761e628f",
+    "2.19.1.0": "eab8c9818865bc035212eab5068cdacae164baa09d4c152f49b736d6f6b0e85c",
+}
 #: modules a plugin extends (``extended.plugins`` in its descriptor): added to the home with it
 PLUGIN_MODULES: dict[str, tuple[str, ...]] = {"knn": ("lang-painless",)}
 

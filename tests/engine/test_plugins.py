@@ -1,10 +1,11 @@
 """The harness's source-built plugin (``--plugins jingpai``): settings, where its sources are, their fingerprint,
-the record a composed home keeps, and the errors that name the fix. No node here: tests/plugin/test_pipeline_node.py
+the record a composed home keeps, and the errors that name the fix; the k-NN zip's pinned SHA-256. No node here: tests/plugin/test_pipeline_node.py
 starts one with the plugin."""
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,9 @@ from click.testing import CliRunner
 
 from jingpai.cli import cli
 from jingpai.engine.modules import _home_record
-from jingpai.engine.plugins import SOURCE_ENV, ensure_plugin_zip, plugin_fingerprint, plugin_source_dir, source_fingerprint
-from jingpai.engine.settings import EngineError, EngineModuleError, EngineSettings
+from jingpai.engine.plugins import (OPENSEARCH_PLUGINS, SOURCE_ENV, check_sha256, ensure_plugin_zip, plugin_fingerprint, plugin_source_dir,
+                                    source_fingerprint)
+from jingpai.engine.settings import KNN_PLUGIN_SHA256, KNN_PLUGIN_VERSIONS, EngineError, EngineModuleError, EngineSettings
 
 REPO_SOURCE = Path(__file__).resolve().parents[2] / "java" / "opensearch-plugin"
 
@@ -65,3 +67,22 @@ def test_building_without_maven_names_the_fix(tmp_path: Path, monkeypatch: pytes
     settings = EngineSettings(kind="opensearch", plugins=("jingpai",), cache_dir=tmp_path)
     with pytest.raises(EngineError, match=r"`mvn` was not found on PATH; install Maven .*builds the jingpai plugin from source"):
         ensure_plugin_zip(settings, "jingpai")
+
+
+def test_every_pinned_knn_zip_has_its_sha256() -> None:
+    assert set(KNN_PLUGIN_SHA256) == set(KNN_PLUGIN_VERSIONS.values())
+    assert all(len(h) == 64 and int(h, 16) >= 0 for h in KNN_PLUGIN_SHA256.values())
+
+
+def test_a_fetched_zip_that_is_not_the_pinned_release_never_reaches_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the real zip from Maven Central, checked against a pin it cannot match (Maven itself serves no .sha1 for it on
+    # some mirrors, which is why the harness checks its own pin)
+    spec = OPENSEARCH_PLUGINS["knn"]
+    monkeypatch.setitem(OPENSEARCH_PLUGINS, "knn", replace(spec, sha256={"2.19.6.0": "0" * 64}))
+    settings = EngineSettings(kind="opensearch", plugins=("knn",), cache_dir=tmp_path)
+    with pytest.raises(EngineError, match=r"plugin knn \(org.opensearch.plugin:opensearch-knn:2.19.6.0:zip\): SHA-256 of the fetched "
+                                          r"opensearch-knn-2.19.6.0.zip is c21b9565\w{56}, expected 0{64}; the download is corrupt"):
+        ensure_plugin_zip(settings, "knn")
+    assert not list((tmp_path / "plugins").rglob("*.zip"))
+    monkeypatch.setitem(OPENSEARCH_PLUGINS, "knn", spec)
+    assert check_sha256(ensure_plugin_zip(settings, "knn"), KNN_PLUGIN_SHA256["2.19.6.0"], what="knn") is None
