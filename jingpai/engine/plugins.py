@@ -58,8 +58,7 @@ class PluginSpec:
         installed_name: the name the node lists it under (``GET _nodes/_local/plugins``).
         versions: engine version → plugin version, the pairs known to work together; ``None``: built from
             source (:func:`plugin_source_dir`) for whatever engine version runs it.
-        sha256: plugin version → SHA-256 of its zip, checked after each fetch (a pinned version without one is
-            fetched with Maven's ``--strict-checksums`` instead).
+        sha256: plugin version → SHA-256 of its zip, checked after each fetch (every pinned version has one).
     """
 
     artifact: str
@@ -178,13 +177,12 @@ def ensure_plugin_zip(settings: EngineSettings, name: str) -> Path:
     mvn = require_tool("mvn", "install Maven (Debian: apt-get install maven)")
     folder.mkdir(parents=True, exist_ok=True)
     artifact = f"{GROUP}:{spec.artifact}:{version}:zip"
-    expected = (spec.sha256 or {}).get(version)
+    expected = (spec.sha256 or {})[version]
     logger.info("fetching plugin %s (%s) from Maven Central", name, artifact)
     # fetched into a scratch folder and moved into the cache only once it checks out, so a bad zip is never reused
     with tempfile.TemporaryDirectory(prefix="jingpai-plugin-fetch-", dir=folder) as tmp:
-        checksums = [] if expected else ["--strict-checksums"]
         proc = subprocess.run(
-            [mvn, "-q", "-B", *checksums, "dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={tmp}"],
+            [mvn, "-q", "-B", "dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={tmp}"],
             capture_output=True,
             text=True,
             cwd=tmp,
@@ -196,8 +194,7 @@ def ensure_plugin_zip(settings: EngineSettings, name: str) -> Path:
                 f"could not fetch plugin {name} ({artifact}) with `mvn dependency:copy` (exit {proc.returncode}); "
                 f"check the version exists on Maven Central and the network reaches it: {' | '.join(tail)}"
             )
-        if expected:
-            check_sha256(fetched, expected, what=f"plugin {name} ({artifact})")
+        check_sha256(fetched, expected, what=f"plugin {name} ({artifact})")
         fetched.replace(zip_path)
     return zip_path
 
@@ -212,11 +209,8 @@ def check_sha256(path: Path, expected: str, *, what: str) -> None:
     ...
     jingpai.engine.settings.EngineError: plugin x: SHA-256 of the fetched z.zip is 4a70fe9aa6436e02c2dea340fbd1e352e4ef2d8ce6ca52ad25d4b95471fc8bf2, expected 4e6d8c; the download is corrupt or not the pinned release (KNN_PLUGIN_SHA256 in jingpai.engine.settings)
     """
-    digest = hashlib.sha256()
     with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    got = digest.hexdigest()
+        got = hashlib.file_digest(fh, "sha256").hexdigest()
     if got != expected:
         raise EngineError(f"{what}: SHA-256 of the fetched {path.name} is {got}, expected {expected}; the download is corrupt "
                           "or not the pinned release (KNN_PLUGIN_SHA256 in jingpai.engine.settings)")
