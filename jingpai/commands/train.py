@@ -45,7 +45,7 @@ TRAIN_OPTIONS: dict[str, Opt] = {
     "patience": Opt(type=click.IntRange(min=0), help="Evaluations without improvement before stopping (0: never stop early).",
                     from_cli=lambda value: value or None),
     "relevant_min": Opt(help="Labels >= this are relevant."),
-    "batching": Opt(help="pairs: shuffle pairs; queries: whole queries per batch (for listwise_weight > 0)."),
+    "batching": Opt(help="pairs: shuffle pairs; queries: whole queries per batch (for listwise_weight > 0); lengths: shuffled pairs, similar lengths batched together (less padding)."),
 }
 #: after --device, as the option has always been listed
 PROGRESS_OPTION: dict[str, Opt] = {"progress": Opt(flag="--no-progress", negate=True, help="No progress bar.")}

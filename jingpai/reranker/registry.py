@@ -24,6 +24,7 @@ ARCHITECTURES: dict[str, str] = {
     "iasm": "jingpai.reranker.models.iasm:IasmReranker",
     "use-bi": "jingpai.reranker.models.use_bi:UseBiEncoderReranker",
     "use-kw": "jingpai.reranker.models.use_kw:UseKeywordReranker",
+    "use-esim": "jingpai.reranker.models.use_esim:UseEsimReranker",
 }
 
 

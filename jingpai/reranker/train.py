@@ -27,13 +27,17 @@ import torch
 from tqdm.auto import tqdm
 
 from jingpai.reranker.base import Reranker
-from jingpai.reranker.batching import pack_groups, query_groups
+from jingpai.reranker.batching import length_batches, pack_groups, query_groups
 from jingpai.reranker.optim import LinearSchedule, TimeBudget, adamw
 from jingpai.reranker.data import LabeledPair
 from jingpai.reranker.evaluate import class_balance_warning, evaluate_model
 from jingpai.reranker.train_settings import DEV_METRICS, LOG_FILE, SETTINGS_FILE, DevMetric, TrainingError, TrainSettings
 
 logger = logging.getLogger(__name__)
+
+#: batches per pool of ``batching="lengths"``: sorted by length only within a pool, so batches stay random slices
+LENGTH_POOL = 50
+
 
 @dataclass
 class TrainResult:
@@ -208,10 +212,11 @@ class _TrainRun:
         self.log = (out / LOG_FILE).open("w", encoding="utf-8")
         self.rng = np.random.default_rng(settings.seed)
         self.groups = query_groups(train_pairs) if settings.batching == "queries" else None
+        self._lengths: list[int] | None = None
         self.batches_per_epoch = len(self.epoch_batches()) if self.groups is not None else math.ceil(len(train_pairs) / settings.batch_size)
         if self.groups is None and getattr(model.config, "listwise_weight", 0.0) > 0:
-            logger.warning("%s has listwise_weight > 0 but batching is 'pairs': a query's window is split across batches "
-                           "(use --batching queries)", model.name)
+            logger.warning("%s has listwise_weight > 0 but batching is %r: a query's window is split across batches "
+                           "(use --batching queries)", model.name, settings.batching)
         steps_per_epoch = math.ceil(self.batches_per_epoch / settings.grad_accum)
         self.total_steps = steps_per_epoch * settings.epochs
         if settings.max_steps is not None:
@@ -283,6 +288,12 @@ class _TrainRun:
         size = self.settings.batch_size
         if self.groups is None:
             order = self.rng.permutation(len(self.train_pairs))
+            if self.settings.batching == "lengths":
+                if self._lengths is None:  # characters: a proxy for the pieces a batch pads to, known without tokenizing
+                    self._lengths = [max(len(p.query), len(p.document)) for p in self.train_pairs]
+                count = math.ceil(len(order) / size)
+                return [np.array(b) for b in length_batches(
+                    self._lengths, order=order.tolist(), size=size, pool=LENGTH_POOL, rng_order=self.rng.permutation(count).tolist())]
             return [order[b * size : (b + 1) * size] for b in range(math.ceil(len(order) / size))]
         return [np.array(b) for b in pack_groups(self.groups, order=self.rng.permutation(len(self.groups)), size=size)]
 

@@ -14,7 +14,7 @@ from jingpai.errors import UserError
 
 DevMetric = Literal["auto", "AUC", "F1", "accuracy", "level_accuracy", "MAP", "MRR", "nDCG@10", "P@1", "loss"]
 DEV_METRICS: tuple[str, ...] = get_args(DevMetric)
-Batching = Literal["pairs", "queries"]
+Batching = Literal["pairs", "queries", "lengths"]
 BATCHINGS: tuple[str, ...] = get_args(Batching)
 LOG_FILE = "train_log.jsonl"
 SETTINGS_FILE = "train_settings.json"
@@ -54,7 +54,8 @@ class TrainSettings:
         progress: show a tqdm progress bar.
         batching: ``pairs`` shuffles pairs one by one; ``queries`` shuffles queries and fills each batch
             with whole queries (every pair of a query in one batch, up to ``batch_size`` pairs unless one
-            query alone has more), which in-window (listwise) losses need.
+            query alone has more), which in-window (listwise) losses need; ``lengths`` shuffles pairs and
+            batches pairs of similar length together within pools of 50 batches (less padding per step).
     """
 
     epochs: int = 3
