@@ -212,7 +212,8 @@ class _TrainRun:
         self.log = (out / LOG_FILE).open("w", encoding="utf-8")
         self.rng = np.random.default_rng(settings.seed)
         self.groups = query_groups(train_pairs) if settings.batching == "queries" else None
-        self._lengths: list[int] | None = None
+        # characters: a proxy for the pieces a batch pads to, known without tokenizing
+        self.lengths = [max(len(p.query), len(p.document)) for p in train_pairs] if settings.batching == "lengths" else None
         self.batches_per_epoch = len(self.epoch_batches()) if self.groups is not None else math.ceil(len(train_pairs) / settings.batch_size)
         if self.groups is None and getattr(model.config, "listwise_weight", 0.0) > 0:
             logger.warning("%s has listwise_weight > 0 but batching is %r: a query's window is split across batches "
@@ -288,12 +289,10 @@ class _TrainRun:
         size = self.settings.batch_size
         if self.groups is None:
             order = self.rng.permutation(len(self.train_pairs))
-            if self.settings.batching == "lengths":
-                if self._lengths is None:  # characters: a proxy for the pieces a batch pads to, known without tokenizing
-                    self._lengths = [max(len(p.query), len(p.document)) for p in self.train_pairs]
+            if self.lengths is not None:
                 count = math.ceil(len(order) / size)
                 return [np.array(b) for b in length_batches(
-                    self._lengths, order=order.tolist(), size=size, pool=LENGTH_POOL, rng_order=self.rng.permutation(count).tolist())]
+                    self.lengths, order=order.tolist(), size=size, pool=LENGTH_POOL, rng_order=self.rng.permutation(count).tolist())]
             return [order[b * size : (b + 1) * size] for b in range(math.ceil(len(order) / size))]
         return [np.array(b) for b in pack_groups(self.groups, order=self.rng.permutation(len(self.groups)), size=size)]
 

