@@ -100,8 +100,22 @@ def _write(out_dir: Path, settings: TuneSettings, rows: list[TuneRow], best: Tun
          "first_stage": None if r.first_stage is None else r.first_stage.describe(), **r.metrics} for r in rows
     ], indent=1), encoding="utf-8")
     tune_output.plot(rows, out_dir / "tune.png", metric=settings.metric)
+    for warning in _noise_warnings(rows, best, pipeline, metric=settings.metric, n_queries=n_queries):
+        click.echo(f"WARNING: {warning}", err=True)
     click.echo(f"best {settings.metric}: {best.label()} ({best.metrics[settings.metric]:.4f}); wrote {out_dir / 'gateway.toml'} "
                f"(jingpai gateway --config {out_dir / 'gateway.toml'}), {out_dir / 'tune.png'}, {out_dir / 'tune.json'}")
+
+
+def _noise_warnings(rows: list[TuneRow], best: TuneRow, pipeline: TuneRow | None, *, metric: str, n_queries: int) -> list[str]:
+    """Each choice written whose gain over what it replaces is within noise: BM25 + rerank over the augmented
+    order, hybrid + rerank over BM25 + rerank."""
+    from jingpai.plugin.tune_noise import noise_warning
+
+    augmented = next(r for r in rows if r.fusion == "augmented" and r.window is None)
+    found = [noise_warning(best, augmented, metric, n_queries)]
+    if pipeline is not None:
+        found.append(noise_warning(pipeline, best, metric, n_queries))
+    return [w for w in found if w]
 
 
 @click.command("tune", cls=JingpaiCommand)

@@ -145,3 +145,33 @@ def test_never_worse_keeps_only_settings_at_least_the_baseline_at_every_cutoff()
     assert best_row([augmented, bold], "MRR", never_worse_than="augmented") is bold
     with pytest.raises(TuneError, match="never_worse_than must name a baseline row"):
         best_row(rows, "MRR", never_worse_than="replace")
+
+
+def test_a_gain_within_two_standard_errors_is_flagged_with_the_queries_that_would_resolve_it() -> None:
+    from jingpai.commands.tune import _noise_warnings
+    from jingpai.plugin.tune import TuneRow
+    from jingpai.plugin.tune_noise import noise_margin, noise_warning
+
+    def row(fusion: str, weight: float | None, p10: float) -> TuneRow:
+        return TuneRow(fusion, None if fusion == "augmented" else 20, weight, None, {"P@10": p10})
+
+    augmented, small, large = row("augmented", None, 0.427), row("linear", 0.3, 0.477), row("linear", 0.1, 0.527)
+    assert noise_margin(100) == pytest.approx(0.1) and noise_margin(10_000) == pytest.approx(0.01)
+    # AFQMC's tuning set: 205 queries, a gain of 0.05 P@10 is inside 2 SE (0.070) ...
+    warning = noise_warning(small, augmented, "P@10", 205)
+    assert warning == ("linear, window 20, w 0.3 beats augmented by 0.0500 P@10 on 205 queries, less than two standard errors "
+                       "(0.0698): the choice may not carry over to other queries; tune on more held-out queries "
+                       "(about 400 would resolve a gain this size)")
+    # ... a gain of 0.10 is not, and neither are a loss or a tie (nothing to doubt)
+    assert noise_warning(large, augmented, "P@10", 205) is None
+    assert noise_warning(augmented, small, "P@10", 205) is None and noise_warning(small, small, "P@10", 205) is None
+    # the same 0.05 on 1,000 queries is outside 2 SE (0.032)
+    assert noise_warning(small, augmented, "P@10", 1000) is None
+    with pytest.raises(TuneError, match="n_queries must be >= 1, got 0"):
+        noise_margin(0)
+    # the command checks both choices it writes: BM25 + rerank over augmented, hybrid + rerank over BM25 + rerank
+    hybrid = TuneRow("linear", 20, 0.8, None, {"P@10": 0.45})  # loses to BM25 + rerank: nothing to doubt
+    warnings = _noise_warnings([row("engine", None, 0.4), augmented, small], small, hybrid, metric="P@10", n_queries=205)
+    assert len(warnings) == 1 and warnings[0].startswith("linear, window 20, w 0.3 beats augmented by 0.0500")
+    warnings = _noise_warnings([augmented, small], small, row("linear", 0.8, 0.50), metric="P@10", n_queries=205)
+    assert [w.split(" by ")[1][:6] for w in warnings] == ["0.0500", "0.0230"]
