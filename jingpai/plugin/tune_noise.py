@@ -27,8 +27,7 @@ def noise_margin(n_queries: int) -> float:
 
 def noise_warning(chosen: TuneRow, baseline: TuneRow, metric: str, n_queries: int) -> str | None:
     """A warning when ``chosen`` beats ``baseline`` on ``metric`` by less than :func:`noise_margin` (``None``:
-    the gain is larger, or there is none to doubt). Small tuning sets choose settings by chance — on AFQMC, 205
-    held-out training queries chose a hybrid weight that cost 0.05 P@10 on the report split."""
+    the gain is larger, or there is none to doubt)."""
     gain = chosen.metrics[metric] - baseline.metrics[metric]
     margin = noise_margin(n_queries)
     if gain <= 0 or gain >= margin:
