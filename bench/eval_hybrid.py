@@ -11,6 +11,8 @@ it with ``--plugins knn``). Rows, all from the same index:
 * ``hybrid`` — the gateway with hybrid search on: BM25 and kNN lists fused into one window, rerank off;
 * ``hybrid + rerank`` — the same window reranked by :data:`RERANKER` through ``jingpai serve`` (linear fusion, the
   weight tuned on training queries as in the retrieval section);
+* ``hybrid + rerank, both lists`` — the gateway's ``rerank_window: both``: every hit in the top 20 of the BM25 list or
+  of the kNN list is reranked (20 to 40 hits), a superset of what BM25 + rerank reranks;
 * ``tuned`` — the hybrid first stage alone and hybrid + rerank with the hybrid fusion and the rerank fusion chosen
   together on *this data set's training queries* (:mod:`bench.eval_hybrid_tune`, ``jingpai tune --hybrid``'s code),
   what an operator runs per index; the tuning queries' scores are in the table's notes.
@@ -119,11 +121,15 @@ def knn_runs(engine: Any, alias: str, field: str, vectors: Any, queries: list[st
 
 
 def tuning_note(name: str, choice: PipelineChoice) -> str:
-    """The table note that says what the tuned rows were chosen on and what the choice scored there."""
+    """The table note that says what the tuned rows were chosen on, what the choice scored there, and how large a
+    difference on that many queries is more than chance."""
+    from jingpai.plugin.tune_noise import noise_margin
+
     scores = "; ".join(f"{label}: " + " / ".join(f"{v:.3f}" for v in metrics.values()) for label, metrics in choice.rows.items())
     return (f"tuned rows: chosen on {choice.queries} positive pairs ({choice.distinct} distinct queries) of {name.upper()} *train* held out "
             f"from {EMBEDDER}'s training and unseen by {RERANKER}, searched in {choice.corpus} training questions with vectors "
-            f"(bench/eval_hybrid_tune.py); P@1 / P@3 / P@5 / P@10 there — {scores}")
+            f"(bench/eval_hybrid_tune.py); P@1 / P@3 / P@5 / P@10 there — {scores}; differences below "
+            f"{noise_margin(choice.queries):.3f} (two standard errors on {choice.queries} queries: jingpai tune's noise warning) are within noise")
 
 
 def run(settings: ReportSettings) -> list[Table]:
@@ -207,6 +213,12 @@ def run(settings: ReportSettings) -> list[Table]:
                     if flags:
                         table.notes.append(f"hybrid + rerank: {len(flags)} fallbacks ({sorted(set(flags))[:3]})")
                     rows.append((f"hybrid + rerank top {DEPTH}, {RERANKER}, linear fusion w={weight:g}", "rerank", runs))
+                if settings.wants(f"{prefix}.rerank.both"):  # the same, reranking every hit in either list's top DEPTH
+                    runs, flags = gateway_runs(client, reranking, alias, params, rset.queries, text_of, hybrid={"rerank_window": "both"})
+                    if flags:
+                        table.notes.append(f"hybrid + rerank, both lists: {len(flags)} fallbacks ({sorted(set(flags))[:3]})")
+                    rows.append((f"hybrid + rerank of both lists' top {DEPTH} (rerank_window both), {RERANKER}, linear fusion w={weight:g}",
+                                 "rerank.both", runs))
                 if settings.wants(f"{prefix}.tuned"):
                     if name not in choices:
                         choices[name] = tune_pipeline(name, settings, engine_url=url, dict_dir=dict_dir, dictionary=dictionary, embedder=embedder,

@@ -20,9 +20,10 @@ Rows:
   ``jingpai index`` as it runs without vectors (segmentation, keywords, bulk) and with ``--vectors`` (the same plus one
   vector per document, in the same bulk requests). Goal: with ≥ 0.5× the docs/s without, on CPU. ``--breakdown``
   adds the engine's share: the documents jingpai built, read back and bulk-loaded alone into the same mapping.
-- **search latency** (one client, sequential, on the questions index with vectors, the four rows taking turns in
+- **search latency** (one client, sequential, on the questions index with vectors, the five rows taking turns in
   blocks): the gateway with BM25 alone, hybrid alone (rerank off), BM25 + rerank of the top 20, hybrid + rerank of
-  the top 20; p50 / p90 / p99 in ms, and the medians of the gateway's own ``took_embed_ms`` / ``took_knn_ms``.
+  the top 20, and hybrid + rerank of both lists' top 20 (``rerank_window: both``); p50 / p90 / p99 in ms, and the
+  medians of the gateway's own ``took_embed_ms`` / ``took_knn_ms``.
   Goal: hybrid + rerank p50 ≤ BM25 + rerank p50 + 20 ms.
 
 The machine (CPU model and the features the speed depends on) is printed first.
@@ -53,6 +54,8 @@ LATENCY_ROWS = (
     ("hybrid BM25 + kNN (rerank off)", "augment", True),
     (f"BM25 + rerank top {DEPTH}", "rerank", False),
     (f"hybrid + rerank top {DEPTH}", "rerank", True),
+    # rerank_window "both": every hit in either list's top DEPTH (up to twice the reranking work)
+    (f"hybrid + rerank both lists' top {DEPTH}", "rerank", "both"),
 )
 
 
@@ -181,9 +184,10 @@ def latency_rows(gateway_url: str, index: str, queries: list[str]) -> dict[str, 
     return p50
 
 
-def body(text: str, hybrid: bool) -> dict:
-    return {"query": {"match": {"text": text}}, "size": DEPTH, "_source": False,
-            "ext": {"jingpai": {"hybrid": {"enabled": True, "k": DEPTH} if hybrid else False}}}
+def body(text: str, hybrid: bool | str) -> dict:
+    """One search of the latency rows (``hybrid``: off, on, or on with that ``rerank_window``)."""
+    spec = {"enabled": True, "k": DEPTH, **({"rerank_window": hybrid} if isinstance(hybrid, str) else {})}
+    return {"query": {"match": {"text": text}}, "size": DEPTH, "_source": False, "ext": {"jingpai": {"hybrid": spec if hybrid else False}}}
 
 
 def main() -> None:

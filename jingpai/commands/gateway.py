@@ -69,6 +69,8 @@ _BEHAVIOUR: dict[str, Opt] = _flagged({
     "hybrid_weight": Opt(help="BM25's weight in [0, 1] in the hybrid fusion (kNN's is 1 - w)."),
     "hybrid_k": Opt(help="Neighbours the kNN search asks for (default: as deep as the BM25 list)."),
     "hybrid_rrf_k": Opt(help="RRF constant k of the hybrid fusion."),
+    "hybrid_rerank_window": Opt(help="fused: rerank the fused list's top --window; both: every hit in the top --window of either list "
+                                     "(up to 2x the work; the reranker sees all BM25 + rerank would have seen)."),
 })
 #: GatewaySettings field -> how its option looks (defaults and types come from GatewaySettings)
 SPEC: dict[str, Opt] = {**_CONNECT, **_BEHAVIOUR}

@@ -23,9 +23,14 @@ from jingpai.reranker.fusion import FusionError, FusionMode, FusionSpec, ListFus
 GatewayMode = Literal["off", "augment", "rerank"]
 GATEWAY_MODES: tuple[str, ...] = ("off", "augment", "rerank")
 #: settings an ``indices.<name>`` table of the config file may override for that index
-INDEX_OVERRIDES: tuple[str, ...] = ("fusion", "fusion_weight", "rrf_k", "hybrid", "hybrid_fusion", "hybrid_weight", "hybrid_k", "hybrid_rrf_k")
+INDEX_OVERRIDES: tuple[str, ...] = ("fusion", "fusion_weight", "rrf_k", "hybrid", "hybrid_fusion", "hybrid_weight", "hybrid_k", "hybrid_rrf_k",
+                                    "hybrid_rerank_window")
 #: the hybrid ones among them (the rest are the rerank fusion's)
-HYBRID_OVERRIDES: tuple[str, ...] = ("hybrid", "hybrid_fusion", "hybrid_weight", "hybrid_k", "hybrid_rrf_k")
+HYBRID_OVERRIDES: tuple[str, ...] = ("hybrid", "hybrid_fusion", "hybrid_weight", "hybrid_k", "hybrid_rrf_k", "hybrid_rerank_window")
+#: which hits of a hybrid search are reranked: the fused list's top ``window``, or every hit in the top
+#: ``window`` of either list (up to twice the window)
+HybridRerankWindow = Literal["fused", "both"]
+HYBRID_RERANK_WINDOWS: tuple[str, ...] = ("fused", "both")
 #: the most nearest neighbours one kNN search asks for (both engines cap ``num_candidates`` at 10,000)
 MAX_KNN_CANDIDATES = 10_000
 
@@ -44,12 +49,16 @@ class HybridSpec:
         fusion: how BM25's list and kNN's list fuse (``weight`` is BM25's).
         k: neighbours asked for (``None``: as many hits as the BM25 search fetches, the rerank window or ``from + size``).
         num_candidates: the HNSW search breadth (``None``: ``max(100, 2k)``, at most :data:`MAX_KNN_CANDIDATES`).
+        rerank_window: which hits a reranked hybrid search reranks: ``fused``, the fused list's top ``window``;
+            ``both``, every hit in the top ``window`` of the BM25 list or of the kNN list (up to ``2 × window``),
+            so the reranker sees all that BM25 + rerank would have seen, and kNN's top ``window`` besides.
     """
 
     enabled: bool = True
     fusion: ListFusion = field(default_factory=ListFusion)
     k: int | None = None
     num_candidates: int | None = None
+    rerank_window: HybridRerankWindow = "fused"
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):
@@ -60,9 +69,11 @@ class HybridSpec:
                 raise GatewayConfigError(f"hybrid {name} must be an integer in 1..{MAX_KNN_CANDIDATES}, got {value!r}")
         if self.k is not None and self.num_candidates is not None and self.num_candidates < self.k:
             raise GatewayConfigError(f"hybrid num_candidates ({self.num_candidates}) must be >= k ({self.k})")
+        if self.rerank_window not in HYBRID_RERANK_WINDOWS:
+            raise GatewayConfigError(f"hybrid rerank_window must be one of {', '.join(HYBRID_RERANK_WINDOWS)}, got {self.rerank_window!r}")
 
     def override(self, *, enabled: bool | None = None, fusion: str | None = None, weight: float | None = None, rrf_k: int | None = None,
-                 k: int | None = None, num_candidates: int | None = None) -> HybridSpec:
+                 k: int | None = None, num_candidates: int | None = None, rerank_window: str | None = None) -> HybridSpec:
         """This spec with the given values replaced (``None`` keeps this one's).
 
         Raises:
@@ -75,7 +86,8 @@ class HybridSpec:
         except FusionError as exc:
             raise GatewayConfigError(str(exc)) from exc
         return HybridSpec(enabled=self.enabled if enabled is None else enabled, fusion=fused, k=self.k if k is None else k,
-                          num_candidates=self.num_candidates if num_candidates is None else num_candidates)
+                          num_candidates=self.num_candidates if num_candidates is None else num_candidates,
+                          rerank_window=rerank_window or self.rerank_window)  # type: ignore[arg-type]
 
     def neighbours(self, depth: int) -> tuple[int, int]:
         """``(k, num_candidates)`` of a search whose BM25 list is ``depth`` hits deep."""
@@ -146,6 +158,8 @@ class GatewaySettings:
         hybrid_weight: BM25's weight in [0, 1] in that fusion (kNN's is 1 − w).
         hybrid_k: neighbours the kNN search asks for (``None``: as deep as the BM25 list).
         hybrid_rrf_k: the RRF constant of the hybrid fusion.
+        hybrid_rerank_window: ``fused`` (rerank the fused list's top ``window``) or ``both`` (every hit in the
+            top ``window`` of either list: up to twice the reranking work, a superset of BM25 + rerank's window).
         indices: per-index overrides of :data:`INDEX_OVERRIDES`, keyed by the index expression of the
             request (an exact name, else the first matching glob such as ``logs-*``); a request's
             ``ext.jingpai`` / ``?jingpai_fusion…`` parameters override these in turn.
@@ -188,6 +202,7 @@ class GatewaySettings:
     hybrid_weight: float = ListFusion.weight
     hybrid_k: int | None = None
     hybrid_rrf_k: int = ListFusion.rrf_k
+    hybrid_rerank_window: HybridRerankWindow = HybridSpec.rerank_window
     indices: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -223,7 +238,7 @@ class GatewaySettings:
         if not isinstance(self.indices, dict):
             raise GatewayConfigError(f"indices must be a table of index name -> {{{', '.join(INDEX_OVERRIDES)}}}, got {self.indices!r}")
         hybrid = HybridSpec().override(enabled=self.hybrid, fusion=self.hybrid_fusion, weight=self.hybrid_weight, rrf_k=self.hybrid_rrf_k,
-                                       k=self.hybrid_k)
+                                       k=self.hybrid_k, rerank_window=self.hybrid_rerank_window)
         resolved: dict[str, tuple[FusionSpec, HybridSpec]] = {}
         for name, overrides in self.indices.items():
             resolved[name] = _index_fusion(default, hybrid, name, overrides)
@@ -293,6 +308,7 @@ CLI_FLAGS: dict[str, str] = {
     "hybrid_weight": "--hybrid-weight",
     "hybrid_k": "--hybrid-k",
     "hybrid_rrf_k": "--hybrid-rrf-k",
+    "hybrid_rerank_window": "--hybrid-rerank-window",
 }
 #: the environment variables of ``jingpai gateway``: this prefix + the option's name (``JINGPAI_<COMMAND>_<OPTION>``)
 ENV_PREFIX = "JINGPAI_GATEWAY_"

@@ -150,6 +150,28 @@ def test_fused_lists_carry_their_sources_and_rrf_order(vector_index: str, gatewa
     assert flags == sorted(flags, reverse=True)
 
 
+def test_both_lists_top_window_are_reranked_and_paged(vector_index: str, gateway_url: str) -> None:
+    body = {"query": BROAD, "size": 12, "ext": {"jingpai": {"window": 3, "hybrid": {"rerank_window": "both"}}}}
+    first = post(gateway_url, vector_index, body, jingpai="augment")["hits"]["hits"]  # the fused first stage, as ranked
+    inside = [h["_id"] for h in first if any(r is not None and r <= 3 for r in (h["_jingpai"]["bm25_rank"], h["_jingpai"]["knn_rank"]))]
+    assert 3 < len(inside) <= 6  # the two lists' top 3 are not the fused list's top 3
+    resp = post(gateway_url, vector_index, body)
+    info = resp["jingpai"]["hybrid"]
+    assert resp["jingpai"]["reranked"] is True and info["rerank_window"] == "both" and info["reranked_hits"] == len(inside)
+    hits = resp["hits"]["hits"]
+    assert {h["_id"] for h in hits[: len(inside)]} == set(inside) and all("model_score" in h["_jingpai"] for h in hits[: len(inside)])
+    # the rest keep the fused order, unreranked
+    assert ids(resp)[len(inside):] == [h["_id"] for h in first if h["_id"] not in inside]
+    assert all("model_score" not in h["_jingpai"] for h in hits[len(inside):])
+    # a page that starts inside the reranked hits (from >= window, < 2 x window) is that slice of the reranked list
+    page = post(gateway_url, vector_index, {**body, "from": 3, "size": 3})
+    assert page["jingpai"]["reranked"] is True and ids(page) == ids(resp)[3:6]
+    # the default reranks the fused list's top 3
+    fused = post(gateway_url, vector_index, {**body, "ext": {"jingpai": {"window": 3}}})
+    assert fused["jingpai"]["hybrid"]["rerank_window"] == "fused" and fused["jingpai"]["hybrid"]["reranked_hits"] == 3
+    assert {h["_id"] for h in fused["hits"]["hits"][:3]} == {h["_id"] for h in first[:3]}
+
+
 def test_the_must_not_filter_reaches_the_knn_list(vector_index: str, gateway_url: str) -> None:
     body = {"query": {"bool": {"must": [QUERY], "must_not": [{"ids": {"values": ["h01"]}}]}}, "size": 20}
     resp = post(gateway_url, vector_index, body)
@@ -171,9 +193,11 @@ def test_per_index_settings_turn_hybrid_off_or_tune_it(vector_engine: Engine, ve
         assert post(gw.url, vector_index, {"query": QUERY})["jingpai"]["hybrid"] == {"applied": False, "reason": "disabled"}
         on = post(gw.url, vector_index, {"query": QUERY, "ext": {"jingpai": {"hybrid": True}}})["jingpai"]["hybrid"]
         assert on["applied"] is True and on["fusion"]["weight"] == 0.5  # the exact name's entry wins over the glob
-    settings = gateway_settings(vector_engine, bi_url, dictionary, indices={"test-hy-*": {"hybrid_weight": 0.2, "hybrid_fusion": "linear"}})
+    settings = gateway_settings(vector_engine, bi_url, dictionary, indices={"test-hy-*": {"hybrid_weight": 0.2, "hybrid_fusion": "linear",
+                                                                                           "hybrid_rerank_window": "both"}})
     with serve(create_app(settings)) as gw:
-        assert post(gw.url, vector_index, {"query": QUERY})["jingpai"]["hybrid"]["fusion"] == {"mode": "linear", "weight": 0.2}
+        info = post(gw.url, vector_index, {"query": QUERY})["jingpai"]["hybrid"]
+        assert info["fusion"] == {"mode": "linear", "weight": 0.2} and info["rerank_window"] == "both"
 
 
 # ------------------------------------------------------------------ fail-open
@@ -252,12 +276,12 @@ def test_a_cross_encoder_cannot_embed_and_search_goes_on(vector_engine: Engine, 
 
 @pytest.mark.parametrize(("hybrid", "reason"), [
     ({"fusion": "sum"}, "invalid ext.jingpai: hybrid.fusion: Input should be 'rrf' or 'linear' (got 'sum'); valid keys: fusion, "
-     "fusion_weight, rrf_k, mode, window, fields, model, query, hybrid; hybrid takes: enabled, fusion, weight, k, num_candidates, rrf_k"),
+     "fusion_weight, rrf_k, mode, window, fields, model, query, hybrid; hybrid takes: enabled, fusion, weight, k, num_candidates, rrf_k, rerank_window"),
     ({"weight": 1.5}, "invalid ext.jingpai: hybrid.weight: Input should be less than or equal to 1 (got 1.5); valid keys: fusion, "
-     "fusion_weight, rrf_k, mode, window, fields, model, query, hybrid; hybrid takes: enabled, fusion, weight, k, num_candidates, rrf_k"),
+     "fusion_weight, rrf_k, mode, window, fields, model, query, hybrid; hybrid takes: enabled, fusion, weight, k, num_candidates, rrf_k, rerank_window"),
     ({"k": 20, "num_candidates": 10}, "invalid ext.jingpai.hybrid: hybrid num_candidates (10) must be >= k (20)"),
     ({"knn": 3}, "invalid ext.jingpai: hybrid.knn: Extra inputs are not permitted (got 3); valid keys: fusion, fusion_weight, rrf_k, "
-     "mode, window, fields, model, query, hybrid; hybrid takes: enabled, fusion, weight, k, num_candidates, rrf_k"),
+     "mode, window, fields, model, query, hybrid; hybrid takes: enabled, fusion, weight, k, num_candidates, rrf_k, rerank_window"),
 ])
 def test_bad_hybrid_options_are_es_shaped_400s(hybrid: dict, reason: str) -> None:
     with serve(create_app(GatewaySettings(engine_url=f"http://127.0.0.1:{free_port()}"))) as gw:

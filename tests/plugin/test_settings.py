@@ -74,8 +74,14 @@ def test_bad_fusion_settings_name_the_value_and_the_choices(tmp_path: Path) -> N
         GatewaySettings(engine_url="http://e:9200", indices={"p": {"fusion": "max"}})
     assert str(info.value) == "indices.p: fusion must be one of replace, linear, rrf, got 'max'"
     with pytest.raises(GatewayConfigError) as info:
+        GatewaySettings(engine_url="http://e:9200", indices={"p": {"hybrid_rerank_window": "all"}})
+    assert str(info.value) == "indices.p: hybrid rerank_window must be one of fused, both, got 'all'"
+    result = CliRunner().invoke(gateway, ["--engine", "http://e:9200", "--hybrid-rerank-window", "union"])
+    assert result.exit_code != 0 and "'union' is not one of 'fused', 'both'" in result.output
+    assert settings_from(["--engine", "http://e:9200", "--hybrid-rerank-window", "both"]).hybrid_for("x").rerank_window == "both"
+    with pytest.raises(GatewayConfigError) as info:
         GatewaySettings(engine_url="http://e:9200", indices={"p": {"window": 3}})
-    assert str(info.value) == "unknown setting(s) ['window'] in indices.p; expected some of ['fusion', 'fusion_weight', 'rrf_k', 'hybrid', 'hybrid_fusion', 'hybrid_weight', 'hybrid_k', 'hybrid_rrf_k']"
+    assert str(info.value) == "unknown setting(s) ['window'] in indices.p; expected some of ['fusion', 'fusion_weight', 'rrf_k', 'hybrid', 'hybrid_fusion', 'hybrid_weight', 'hybrid_k', 'hybrid_rrf_k', 'hybrid_rerank_window']"
 
 
 def test_setting_hints_name_the_real_option_and_env_var() -> None:

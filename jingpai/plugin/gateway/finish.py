@@ -16,6 +16,7 @@ import logging
 import time
 from dataclasses import dataclass
 
+from jingpai.plugin.gateway.hybrid import rerank_split
 from jingpai.plugin.gateway.plan import SearchPlan
 from jingpai.plugin.gateway.rerank import BoundedReranker, fail_open_hint
 from jingpai.plugin.gateway.source import doc_text, unfold_page
@@ -69,7 +70,7 @@ async def finish(plan: SearchPlan, data: dict, reranker: BoundedReranker | None,
         data["hits"]["hits"] = []
         return _done(plan, data, reason="no_hits", **extra)
     assert reranker is not None and plan.fusion is not None
-    window, rest = hits[: plan.window], hits[plan.window :]
+    window, rest = rerank_split(hits, plan.window, plan.hybrid.rerank_window if plan.hybrid is not None else "fused")
     texts = [doc_text(h, plan.fields, doc_chars) for h in window]
     if not any(texts):
         # every document would score as the empty text: no ranking signal, so none is claimed
@@ -94,6 +95,8 @@ async def finish(plan: SearchPlan, data: dict, reranker: BoundedReranker | None,
     # hits past the window keep the engine's order and score: they were not reranked
     data["hits"]["hits"] = _page(plan, [window[i] for i in fused_order(fused)] + rest)
     data["hits"]["max_score"] = float(fused.max())
+    if hybrid is not None and hybrid.get("applied"):
+        hybrid["reranked_hits"] = len(window)  # "both" reranks between window and 2 x window hits
     return _done(plan, data, reason=None, reranked=True, model=await reranker.model_name(), took_rerank_ms=took,
                  fusion=plan.fusion.describe(), **extra)
 

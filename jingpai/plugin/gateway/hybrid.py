@@ -14,7 +14,8 @@ on its own: the kNN list is the one that may fail open.
 - :class:`HybridSearcher` (I/O): embeds the query text (:class:`~jingpai.plugin.embed_client.EmbedClient`)
   and runs the kNN search with the client's headers; every failure becomes a fail-open reason;
 - :func:`fuse_hits` (pure): the engine's BM25 answer with the kNN hits fused in, each hit's
-  ``_jingpai.sources`` naming the list(s) it came from.
+  ``_jingpai.sources`` naming the list(s) it came from;
+- :func:`rerank_split` (pure): which of the fused hits a reranked search reranks.
 """
 
 from __future__ import annotations
@@ -63,10 +64,13 @@ class HybridPlan:
     filter: dict | None
     #: the BM25 request's members that shape hits (``_source`` …), the vector field excluded
     shape: dict
+    #: which hits a reranked search reranks (:class:`~jingpai.plugin.settings.HybridSpec`)
+    rerank_window: str = "fused"
 
     def info(self, **overrides: Any) -> dict[str, Any]:
         """The response's ``jingpai.hybrid`` object of a search planned hybrid."""
-        return {"applied": True, "reason": None, "fusion": self.fusion.describe(), "k": self.k, **overrides}
+        return {"applied": True, "reason": None, "fusion": self.fusion.describe(), "k": self.k, "rerank_window": self.rerank_window,
+                **overrides}
 
 
 def not_applied(reason: str) -> dict[str, Any]:
@@ -117,7 +121,7 @@ def plan_hybrid(index: str, body: dict, query: Any, text: str, spec: HybridSpec,
     k, num_candidates = spec.neighbours(depth)
     shape = {key: body[key] for key in _HIT_SHAPE if key in body}
     return HybridPlan(index=index, field=meta_field, dims=dims, text=text, model=model, k=k, num_candidates=num_candidates, fusion=spec.fusion,
-                      filter=knn_filter(query, body.get("post_filter")), shape=shape)
+                      filter=knn_filter(query, body.get("post_filter")), shape=shape, rerank_window=spec.rerank_window)
 
 
 @dataclass(frozen=True)
@@ -217,5 +221,29 @@ def fuse_hits(plan: HybridPlan, data: dict, outcome: KnnOutcome) -> dict[str, An
     return plan.info(bm25_hits=len(bm25), knn_hits=len(outcome.hits), **timing)
 
 
+def rerank_split(hits: list[dict], window: int, rerank_window: str) -> tuple[list[dict], list[dict]]:
+    """``(reranked, rest)``: the hits a reranked search reranks and the others, each in the fused order.
+
+    ``fused``: the first ``window``. ``both``: every hit within the top ``window`` of the BM25 list or of the
+    kNN list (``_jingpai``'s ranks, set by :func:`fuse_hits`), so nothing BM25 + rerank would have reranked is
+    cut by the fusion; a search whose kNN list is missing (fail-open, no ranks) reranks its first ``window``.
+
+    >>> hits = [{"_id": "a", "_jingpai": {"bm25_rank": 1, "knn_rank": None}}, {"_id": "b", "_jingpai": {"bm25_rank": None, "knn_rank": 3}},
+    ...         {"_id": "c", "_jingpai": {"bm25_rank": 2, "knn_rank": None}}]
+    >>> [[h["_id"] for h in part] for part in rerank_split(hits, 2, "both")]
+    [['a', 'c'], ['b']]
+    >>> [[h["_id"] for h in part] for part in rerank_split(hits, 2, "fused")]
+    [['a', 'b'], ['c']]
+    """
+    if rerank_window == "fused" or not any("_jingpai" in h for h in hits):
+        return hits[:window], hits[window:]
+
+    def inside(hit: dict) -> bool:
+        ranks = hit.get("_jingpai") or {}
+        return any(rank is not None and rank <= window for rank in (ranks.get("bm25_rank"), ranks.get("knn_rank")))
+
+    return [h for h in hits if inside(h)], [h for h in hits if not inside(h)]
+
+
 __all__ = ["KNN_REASONS", "HybridPlan", "HybridSearcher", "KnnOutcome", "exclude_vector", "fuse_hits", "knn_filter", "not_applied",
-           "plan_hybrid"]
+           "plan_hybrid", "rerank_split"]

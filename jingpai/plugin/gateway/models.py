@@ -51,7 +51,8 @@ FUSION_URL_PARAMS: dict[str, str] = {f"jingpai_{name}": name for name in FusionP
 class HybridParams(BaseModel):
     """``ext.jingpai.hybrid``: a search's hybrid first stage (on an index with vectors); ``None`` keeps the
     index's or the gateway's value. ``weight`` is BM25's in [0, 1], ``k`` the neighbours the kNN search asks
-    for, ``rrf_k`` the RRF constant, ``num_candidates`` the HNSW search breadth."""
+    for, ``rrf_k`` the RRF constant, ``num_candidates`` the HNSW search breadth, ``rerank_window`` which hits
+    are reranked (:class:`~jingpai.plugin.settings.HybridSpec`)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -61,6 +62,7 @@ class HybridParams(BaseModel):
     k: int | None = Field(default=None, ge=1, le=MAX_KNN_CANDIDATES)
     num_candidates: int | None = Field(default=None, ge=1, le=MAX_KNN_CANDIDATES)
     rrf_k: int | None = Field(default=None, ge=1)
+    rerank_window: Literal["fused", "both"] | None = None
 
     def over(self, base: HybridSpec) -> HybridSpec:
         """These values on top of ``base`` (the index's or the gateway's hybrid spec).

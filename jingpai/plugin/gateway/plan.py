@@ -276,7 +276,7 @@ def plan_search(search: SearchRequest, meta: IndexMeta | None, planner: Planner,
         base["rewritten"] = True
     if reason is None and not (search.ext.query or rewrite.query_text or params.get("q")):
         reason = "no_full_text_query"
-    plan = SearchPlan(**base, reason=reason) if reason is not None else _rerank_plan(base, search.ext, meta, planner.settings)
+    plan = SearchPlan(**base, reason=reason) if reason is not None else _rerank_plan(base, search, meta, planner.settings)
     return _with_hybrid(plan, search, meta, planner, allowed=hybrid_allowed)
 
 
@@ -322,9 +322,9 @@ def _with_hybrid(plan: SearchPlan, search: SearchRequest, meta: IndexMeta, plann
     return replace(plan, hybrid=hybrid, hybrid_info=hybrid.info(), **changes)
 
 
-def _rerank_plan(base: dict[str, Any], ext: JingpaiExt, meta: IndexMeta, settings: GatewaySettings) -> SearchPlan:
+def _rerank_plan(base: dict[str, Any], search: SearchRequest, meta: IndexMeta, settings: GatewaySettings) -> SearchPlan:
     """The plan of a search that is reranked: the engine is asked for the whole window."""
-    body, params = base["body"], base["params"]
+    body, params, ext = base["body"], base["params"], search.ext
     from_ = int_param(params.get("from", body.get("from", 0)), "from")
     size = int_param(params.get("size", body.get("size", 10)), "size")
     if ext.window is not None and ext.window > settings.max_window:
@@ -334,7 +334,9 @@ def _rerank_plan(base: dict[str, Any], ext: JingpaiExt, meta: IndexMeta, setting
     # engine ranks 1..W among themselves, so positions >= W are the engine's own positions.
     window = min(ext.window or settings.window, settings.max_window)
     base.update(from_=from_, size=size, window=window)
-    if from_ >= window:
+    # a hybrid search that reranks both lists' top W reranks up to 2W hits: pages within them are reranked too
+    both = meta.vector_field is not None and search.hybrid.enabled and search.hybrid.rerank_window == "both"
+    if from_ >= (2 * window if both else window):
         return SearchPlan(**base, reason="beyond_window")  # the engine answers this page as asked
     params.pop("from", None)
     params.pop("size", None)
