@@ -21,6 +21,7 @@ import pytest
 from jingpai.engine.client import Engine
 from jingpai.indexer.pipeline import IndexSettings, index_corpus
 from jingpai.plugin.gateway import create_app
+from jingpai.plugin.gateway.hybrid import rerank_split
 from jingpai.plugin.settings import GatewaySettings
 from jingpai.reranker.fusion import FusionSpec, ListFusion
 from jingpai.reranker.service import ServiceSettings
@@ -289,6 +290,20 @@ def test_bad_hybrid_options_are_es_shaped_400s(hybrid: dict, reason: str) -> Non
     assert resp.status_code == 400
     assert resp.json() == {"error": {"root_cause": [{"type": "jingpai_illegal_argument_exception", "reason": reason}],
                                      "type": "jingpai_illegal_argument_exception", "reason": reason}, "status": 400}
+
+
+def test_rerank_split_takes_each_lists_top_window_in_fused_order() -> None:
+    def hit(doc: str, bm25: int | None, knn: int | None) -> dict:
+        return {"_id": doc, "_jingpai": {"bm25_rank": bm25, "knn_rank": knn}}
+
+    fused = [hit("a", 1, 1), hit("b", None, 2), hit("c", 3, None), hit("d", 2, None), hit("e", None, 4), hit("f", 5, 3)]
+    both, rest = rerank_split(fused, 2, "both")
+    assert [h["_id"] for h in both] == ["a", "b", "d"] and [h["_id"] for h in rest] == ["c", "e", "f"]
+    first, rest = rerank_split(fused, 2, "fused")
+    assert [h["_id"] for h in first] == ["a", "b"] and len(rest) == 4
+    # a search whose kNN list failed open carries no ranks: its first window is reranked
+    plain = [{"_id": str(i)} for i in range(5)]
+    assert [h["_id"] for h in rerank_split(plain, 3, "both")[0]] == ["0", "1", "2"]
 
 
 def test_list_fusion_is_the_one_the_gateway_runs() -> None:
