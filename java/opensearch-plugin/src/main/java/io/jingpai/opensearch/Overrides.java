@@ -20,7 +20,7 @@ import org.opensearch.search.pipeline.PipelineProcessingContext;
 public record Overrides(String mode, Integer window, List<String> fields, String query, String fusion, Double fusionWeight, Integer rrfK) {
     /** the gateway's ext.jingpai keys, in its order */
     public static final List<String> KEYS = List.of("fusion", "fusion_weight", "rrf_k", "mode", "window", "fields", "model", "query", "hybrid");
-    public static final List<String> HYBRID_KEYS = List.of("enabled", "fusion", "weight", "k", "num_candidates", "rrf_k");
+    public static final List<String> HYBRID_KEYS = List.of("enabled", "fusion", "weight", "k", "num_candidates", "rrf_k", "rerank_window");
     public static final List<String> MODES = List.of("off", "augment", "rerank");
     public static final Overrides NONE = new Overrides(null, null, null, null, null, null, null);
     static final String ATTR = "jingpai.overrides";

@@ -137,6 +137,6 @@ class OverridesTest {
         assertEquals("invalid ext.jingpai: mode: expected one of off, augment, rerank (got 'fast'); valid keys: fusion, fusion_weight, "
             + "rrf_k, mode, window, fields, model, query, hybrid", e.getMessage());
         e = assertThrows(Overrides.Invalid.class, () -> Overrides.parse(Map.of("hybrid", Map.of("kk", 5))));
-        assertTrue(e.getMessage().endsWith("; hybrid takes: enabled, fusion, weight, k, num_candidates, rrf_k"), e.getMessage());
+        assertTrue(e.getMessage().endsWith("; hybrid takes: enabled, fusion, weight, k, num_candidates, rrf_k, rerank_window"), e.getMessage());
     }
 }
