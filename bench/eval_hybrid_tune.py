@@ -46,7 +46,7 @@ class PipelineChoice:
     """The chosen hybrid + rerank settings of one data set, and what they and the alternatives scored.
 
     Attributes:
-        hybrid: the gateway's ``ext.jingpai.hybrid`` fusion (``fusion``, ``weight``, ``rrf_k``).
+        hybrid: the gateway's ``ext.jingpai.hybrid`` fusion (``fusion``, ``weight``, ``rrf_k``) and ``rerank_window``.
         fusion: the rerank fusion (``replace`` or ``linear``) and ``weight`` its engine weight (``None``: replace).
         queries: positive tuning pairs searched; ``distinct`` their distinct query texts.
         rows: label → metrics on the tuning queries (augmented BM25, BM25 + rerank's best, the chosen pipeline).
@@ -63,7 +63,8 @@ class PipelineChoice:
     def label(self) -> str:
         rerank = "replace" if self.weight is None else f"linear w={self.weight:g}"
         k = f", k {self.hybrid['rrf_k']}" if "rrf_k" in self.hybrid else ""
-        return f"hybrid {self.hybrid['fusion']} BM25 w={self.hybrid['weight']:g}{k}; rerank {rerank}"
+        both = ", both lists' top window" if self.hybrid.get("rerank_window") == "both" else ""
+        return f"hybrid {self.hybrid['fusion']} BM25 w={self.hybrid['weight']:g}{k}; rerank {rerank}{both}"
 
     def params(self) -> dict[str, str]:
         """The rerank fusion as the gateway's URL parameters."""
@@ -118,7 +119,8 @@ def tune_pipeline(name: str, settings: ReportSettings, *, engine_url: str, dict_
     rows = run_tune(tune, queries, text_field="text")
     dump = settings.work_dir / f"hybrid_tuning_{name}_{settings.mode}.rows.json"  # every row, for a closer look
     dump.write_text(json.dumps([{"fusion": r.fusion, "window": r.window, "weight": r.weight, "rrf_k": r.rrf_k,
-                                 "first_stage": r.first_stage.describe() if r.first_stage else None, **r.metrics} for r in rows], indent=0),
+                                 "first_stage": r.first_stage.describe() if r.first_stage else None, "rerank_window": r.rerank_window,
+                                 **r.metrics} for r in rows], indent=0),
                     encoding="utf-8")
 
     def score(r: Any) -> float:
@@ -128,12 +130,14 @@ def tune_pipeline(name: str, settings: ReportSettings, *, engine_url: str, dict_
 
     def best(candidates: list) -> Any:
         safe = [r for r in candidates if never_worse(r, augmented)] or candidates
-        return max(safe, key=lambda r: (round(score(r), 9), r.model_weight, -(r.first_stage.weight if r.first_stage else 0.0)))
+        return max(safe, key=lambda r: (round(score(r), 9), r.rerank_window != "both", r.model_weight,
+                                        -(r.first_stage.weight if r.first_stage else 0.0)))
 
     bm25 = best([r for r in rows if r.first_stage is None and r.window is not None and r.fusion in ("replace", "linear")])
     chosen = best([r for r in rows if r.first_stage is not None])
     first = chosen.first_stage
-    hybrid = {"fusion": first.mode, "weight": first.weight, **({"rrf_k": first.rrf_k} if first.mode == "rrf" else {})}
+    hybrid = {"fusion": first.mode, "weight": first.weight, **({"rrf_k": first.rrf_k} if first.mode == "rrf" else {}),
+              "rerank_window": chosen.rerank_window or "fused"}
     shown = {"augmented BM25": augmented, f"BM25 + rerank ({bm25.label()})": bm25, f"hybrid + rerank ({chosen.label()})": chosen}
     return PipelineChoice(hybrid=hybrid, fusion=chosen.fusion, weight=chosen.weight, queries=positives, distinct=len({q.text for q in queries}),
                           corpus=size, rows={label: {f"P@{k}": r.metrics[f"P@{k}"] * k for k in CUTOFFS} for label, r in shown.items()})

@@ -67,7 +67,7 @@ def _print_table(rows: list[TuneRow], best: TuneRow, *, index: str, n_queries: i
         table.add_column(name, justify="left" if name in ("fusion", "first stage") else "right")
     pipeline = sorted((r for r in rows if r.first_stage is not None), key=lambda r: -r.metrics[metric])
     for row in [r for r in rows if r.first_stage is None] + pipeline[:PIPELINE_ROWS_SHOWN]:
-        stage = "" if row.first_stage is None else f"hybrid-{row.first_stage.label()}"
+        stage = "" if row.first_stage is None else f"hybrid-{row.first_stage.label()}" + (", both lists' top" if row.rerank_window == "both" else "")
         cells = [row.fusion, "" if row.window is None else str(row.window), "" if row.weight is None else f"{row.weight:g}",
                  "" if row.rrf_k is None else str(row.rrf_k), stage, *(f"{row.metrics[m]:.4f}" for m in METRICS)]
         table.add_row(*cells, style="bold" if row == best else None)
@@ -97,7 +97,7 @@ def _write(out_dir: Path, settings: TuneSettings, rows: list[TuneRow], best: Tun
                    f"BM25 + rerank: {best.metrics[settings.metric]:.4f}")
     (out_dir / "tune.json").write_text(json.dumps([
         {"fusion": r.fusion, "window": r.window, "weight": r.weight, "rrf_k": r.rrf_k,
-         "first_stage": None if r.first_stage is None else r.first_stage.describe(), **r.metrics} for r in rows
+         "first_stage": None if r.first_stage is None else r.first_stage.describe(), "rerank_window": r.rerank_window, **r.metrics} for r in rows
     ], indent=1), encoding="utf-8")
     tune_output.plot(rows, out_dir / "tune.png", metric=settings.metric)
     for warning in _noise_warnings(rows, best, pipeline, metric=settings.metric, n_queries=n_queries):

@@ -1,25 +1,24 @@
 """``jingpai tune``: measure the gateway's fusion settings on labelled queries and pick the best.
 
-The real gateway (:func:`jingpai.plugin.gateway.create_app`) runs in-process in front of the engine and
-the reranker. For each labelled query it fetches, through the gateway:
+The real gateway (:func:`jingpai.plugin.gateway.create_app`) runs in-process in front of the engine and the reranker.
+For each labelled query it fetches, through the gateway:
 
 - the engine's order (``?jingpai=off``) and the augmented order (``?jingpai=augment``), ``depth`` hits;
 - the reranked window **once**, at the largest window, with ``fusion=replace``: each hit's
   ``_jingpai.engine_rank``, ``engine_score`` and ``model_score``.
 
-Every fusion of the grid (``replace``, ``linear`` over weights, ``rrf`` over k × weights) and every
-smaller window are then computed offline with :mod:`jingpai.reranker.fusion` — the module the gateway
-itself uses — from those scores (a smaller window is the first W engine ranks of the largest; a
-cross-encoder scores each document on its own), followed by the augmented hits past the window as the
-gateway serves them. So the grid costs one rerank per query.
+Every fusion of the grid (``replace``, ``linear`` over weights, ``rrf`` over k × weights) and every smaller window are
+then computed offline with :mod:`jingpai.reranker.fusion` — the module the gateway itself uses — from those scores (a
+smaller window is the first W engine ranks of the largest; a cross-encoder scores each document on its own), followed
+by the augmented hits past the window as the gateway serves them. So the grid costs one rerank per query.
 
-With ``hybrid`` (an index built with ``jingpai index --vectors``), each query also fetches its hybrid candidates
-once, reranked, and every hybrid fusion, alone and reranked, is computed offline (:mod:`jingpai.plugin.tune_hybrid`).
+With ``hybrid`` (an index built with ``jingpai index --vectors``), each query also fetches its hybrid candidates once,
+reranked, and every hybrid fusion, alone and reranked (either rerank window), is computed offline (:mod:`jingpai.plugin.tune_hybrid`).
 
-Labelled queries come from a pairs file (``q1<TAB>q2<TAB>label``, any :func:`jingpai.reranker.data.read_pairs`
-format: every distinct question is expected in the index; each positive pair searches q1 with q1's own
-document excluded and looks for q2) or from TREC qrels + a queries file (``qid<TAB>text``; qrels name
-the index's ``_id``\\ s). Metrics (P@k, MRR, nDCG@10, MAP over the ``depth`` hits served) come from :func:`jingpai.reranker.evaluate.evaluate_rankings`
+Labelled queries come from a pairs file (``q1<TAB>q2<TAB>label``, any :func:`jingpai.reranker.data.read_pairs` format:
+every distinct question is expected in the index; each positive pair searches q1 with q1's own document excluded and
+looks for q2) or from TREC qrels + a queries file (``qid<TAB>text``; qrels name the index's ``_id``\\ s). Metrics (P@k,
+MRR, nDCG@10, MAP over the ``depth`` hits served) come from :func:`jingpai.reranker.evaluate.evaluate_rankings`
 (trec_eval semantics: P@k is relevant-in-top-k / k).
 """
 
@@ -136,8 +135,10 @@ class TuneRow:
     weight: float | None
     rrf_k: int | None
     metrics: dict[str, float]
-    #: the hybrid first stage whose window this row reranked (``None``: BM25's window)
+    #: the hybrid first stage whose window this row reranked (``None``: BM25's window), and which of its hits the
+    #: window held (``fused``: its top ``window``; ``both``: the top ``window`` of either list, the gateway's ``hybrid_rerank_window``)
     first_stage: ListFusion | None = None
+    rerank_window: str | None = None
 
     @property
     def model_weight(self) -> float:
@@ -154,7 +155,7 @@ class TuneRow:
         if self.rrf_k is not None:
             parts.append(f"k {self.rrf_k}")
         if self.first_stage is not None:
-            parts.append(f"on hybrid-{self.first_stage.label()}")
+            parts.append(f"on hybrid-{self.first_stage.label()}" + (" (both lists' top window)" if self.rerank_window == "both" else ""))
         return ", ".join(parts)
 
 
@@ -248,10 +249,9 @@ def _search_body(query: LabelledQuery, text_field: str | tuple[str, ...], size: 
 def fetch_runs(
     gateway_url: str, settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_field: str | tuple[str, ...]
 ) -> list[QueryRuns]:
-    """Engine order, augmented order and the largest reranked window of every query, through the gateway.
-    ``text_field`` is the field queried (``match``), or a tuple of fields (``multi_match``). A query whose rerank
-    failed (the gateway failed open) gets ``window=None`` and is logged: its fusion rows use the augmented order,
-    as the gateway would have served it."""
+    """Engine order, augmented order and the largest reranked window of every query, through the gateway. ``text_field``
+    is the field queried (``match``), or a tuple of fields (``multi_match``). A query whose rerank failed (the gateway
+    failed open) gets ``window=None`` and is logged: its fusion rows use the augmented order, as the gateway served it."""
     import httpx
 
     from jingpai.plugin.tune_hybrid import fetch_candidates
@@ -364,13 +364,13 @@ def best_row(rows: Sequence[TuneRow], metric: str, *, never_worse_than: str | No
 
 def best_pipeline(rows: Sequence[TuneRow], metric: str, *, never_worse_than: str | None = None) -> TuneRow | None:
     """The hybrid + rerank row (:func:`~jingpai.plugin.tune_hybrid.pipeline_rows`) with the highest ``metric`` (ties:
-    larger model weight, smaller window, larger kNN weight; ``None``: no such rows); ``never_worse_than``: see
-    :func:`best_row`."""
+    the fused window, which reranks fewer hits; larger model weight, smaller window, larger kNN weight; ``None``: no
+    such rows); ``never_worse_than``: see :func:`best_row`."""
     candidates = [r for r in rows if r.first_stage is not None]
     if not candidates:
         return None
     candidates = _safe(candidates, rows, never_worse_than, "hybrid + rerank")
-    return max(candidates, key=lambda r: (round(r.metrics[metric], 12), r.model_weight, -(r.window or 0),
+    return max(candidates, key=lambda r: (round(r.metrics[metric], 12), r.rerank_window != "both", r.model_weight, -(r.window or 0),
                                           -(r.first_stage.weight if r.first_stage else 0.0)))
 
 

@@ -17,7 +17,8 @@ Rows:
   weight decides is which candidates reach the rerank window; ``knn`` is the kNN list alone.
 - the pipeline a search on an index with vectors runs (:func:`pipeline_rows`): each of those first stages, its top
   ``window`` reranked (``replace``, or ``linear`` at each engine weight, the engine score being the hybrid fusion's
-  score as in the gateway), the rest of the fused list after it. A rerank fusion chosen on BM25's windows is not
+  score as in the gateway), the rest of the fused list after it; and the same with ``rerank_window`` ``both`` (every
+  hit within the top ``window`` of the BM25 or the kNN list reranked, :func:`jingpai.plugin.gateway.hybrid.rerank_split`). A rerank fusion chosen on BM25's windows is not
   the best one on hybrid windows (their engine scores are fused ranks, not BM25 scores), so the two are chosen
   together (:func:`jingpai.plugin.tune.best_pipeline`).
 """
@@ -99,40 +100,52 @@ def hybrid_rows(settings: TuneSettings, runs: Sequence[QueryRuns], metrics: Call
     return rows
 
 
-def hybrid_list(candidates: Sequence[Candidate], fusion: ListFusion, depth: int) -> list[tuple[str, float, float | None]]:
-    """The gateway's hybrid list for ``fusion``, best first: ``(id, fused score, model score)`` over BM25's top
-    ``depth`` and the kNN list (what a search of ``size`` = ``depth`` on an index with vectors fuses).
+#: one hit of the gateway's hybrid list: ``(id, fused score, model score, BM25 rank, kNN rank)``
+Listed = tuple[str, float, float | None, int | None, int | None]
+
+
+def hybrid_list(candidates: Sequence[Candidate], fusion: ListFusion, depth: int) -> list[Listed]:
+    """The gateway's hybrid list for ``fusion``, best first: ``(id, fused score, model score, BM25 rank, kNN rank)``
+    over BM25's top ``depth`` and the kNN list (what a search of ``size`` = ``depth`` on an index with vectors fuses).
 
     >>> cands = [("a", 2, 3.0, 1, 0.9, 0.1), ("b", 1, 5.0, None, None, 0.7), ("c", None, None, 2, 0.8, 0.9)]
-    >>> [(doc, round(score, 3), model) for doc, score, model in hybrid_list(cands, ListFusion(mode="linear", weight=0.5), 10)]
-    [('b', 0.5, 0.7), ('a', 0.5, 0.1), ('c', 0.0, 0.9)]
+    >>> [(doc, round(score, 3), *rest) for doc, score, *rest in hybrid_list(cands, ListFusion(mode="linear", weight=0.5), 10)]
+    [('b', 0.5, 0.7, 1, None), ('a', 0.5, 0.1, 2, 1), ('c', 0.0, 0.9, None, 2)]
     """
     bm25, knn = lists_of(candidates, depth)
-    model = {c[0]: c[5] for c in candidates}
-    return [(c.id, c.score, model.get(c.id)) for c in fusion.fuse(bm25, knn)]
+    by_id = {c[0]: c for c in candidates}
+    return [(c.id, c.score, by_id[c.id][5], by_id[c.id][1], by_id[c.id][3]) for c in fusion.fuse(bm25, knn)]
 
 
-def reranked(hybrid: Sequence[tuple[str, float, float | None]], spec: FusionSpec, window: int, depth: int) -> list[str]:
-    """The ranking the gateway serves: the hybrid list's top ``window`` fused with the model by ``spec`` (its
+def reranked(hybrid: Sequence[Listed], spec: FusionSpec, window: int, depth: int, rerank_window: str = "fused") -> list[str]:
+    """The ranking the gateway serves: the hybrid list's top ``window`` (``rerank_window`` ``both``: every hit
+    within the top ``window`` of the BM25 or the kNN list, in the hybrid order) fused with the model by ``spec`` (its
     engine score is the hybrid fusion's), then the rest of the hybrid list, ``depth`` ids in all. A window without
     model scores (the rerank failed open) keeps the hybrid order, as the gateway serves it.
 
-    >>> lst = [("a", 0.5, 0.1), ("b", 0.5, 0.7), ("c", 0.0, 0.9)]
+    >>> lst = [("a", 0.5, 0.1, 1, None), ("b", 0.5, 0.7, None, 1), ("c", 0.0, 0.9, 2, None)]
     >>> reranked(lst, FusionSpec(mode="replace"), 2, 10), reranked(lst, FusionSpec(mode="linear", weight=1.0), 3, 2)
     (['b', 'a', 'c'], ['a', 'b'])
+    >>> reranked(lst, FusionSpec(mode="replace"), 1, 10, "both")
+    ['b', 'a', 'c']
     """
-    head = list(hybrid[:window])
-    if any(model is None for _, _, model in head):
-        return [doc for doc, _, _ in hybrid][:depth]
+    if rerank_window == "both":
+        inside = [any(r is not None and r <= window for r in h[3:5]) for h in hybrid]
+        head, rest = [h for h, i in zip(hybrid, inside) if i], [h for h, i in zip(hybrid, inside) if not i]
+    else:
+        head, rest = list(hybrid[:window]), list(hybrid[window:])
+    if any(h[2] is None for h in head):
+        return [h[0] for h in hybrid][:depth]
     fused = spec.fuse([h[1] for h in head], [h[2] for h in head], engine_ranks=range(1, len(head) + 1))  # type: ignore[misc]
     order = [head[i][0] for i in fused_order(fused)]
-    return (order + [doc for doc, _, _ in hybrid[window:]])[:depth]
+    return (order + [h[0] for h in rest])[:depth]
 
 
 def pipeline_rows(settings: TuneSettings, runs: Sequence[QueryRuns], metrics: Callable[[dict[str, list[str]]], dict[str, float]], *,
                   row: Callable[..., TuneRow], bm25_ranking: Callable[[QueryRuns, FusionSpec, int, int], list[str]]) -> list[TuneRow]:
     """One row per hybrid first stage (:func:`hybrid_grid`) × window × rerank fusion (``replace``, ``linear`` at
-    each engine weight), each row's ``first_stage`` naming its hybrid fusion. A query the gateway did not run hybrid
+    each engine weight) × ``rerank_window`` (``fused``, ``both``), each row's ``first_stage`` naming its hybrid
+    fusion. A query the gateway did not run hybrid
     gets ``bm25_ranking(run, spec, window, depth)``: its BM25 window reranked by the same fusion (what the gateway
     serves then; :func:`jingpai.plugin.tune.fused_ranking`)."""
     depth = settings.depth
@@ -142,12 +155,14 @@ def pipeline_rows(settings: TuneSettings, runs: Sequence[QueryRuns], metrics: Ca
         lists = {r.query.qid: None if r.hybrid is None else hybrid_list(r.hybrid, first, depth) for r in runs}
         for window in settings.windows:
             for spec in specs:
-                rankings = {}
-                for r in runs:
-                    served = lists[r.query.qid]
-                    rankings[r.query.qid] = bm25_ranking(r, spec, window, depth) if served is None else reranked(served, spec, window, depth)
-                weight = None if spec.mode == "replace" else spec.weight
-                rows.append(row(spec.mode, window, weight, None, metrics(rankings), first_stage=first))
+                for rerank_window in ("fused", "both"):
+                    rankings = {}
+                    for r in runs:
+                        served = lists[r.query.qid]
+                        rankings[r.query.qid] = (bm25_ranking(r, spec, window, depth) if served is None
+                                                 else reranked(served, spec, window, depth, rerank_window))
+                    weight = None if spec.mode == "replace" else spec.weight
+                    rows.append(row(spec.mode, window, weight, None, metrics(rankings), first_stage=first, rerank_window=rerank_window))
     return rows
 
 
@@ -161,15 +176,16 @@ def best_hybrid(rows: Sequence[TuneRow], metric: str) -> TuneRow | None:
 
 def settings_lines(row: TuneRow) -> dict[str, Any]:
     """The gateway settings of a hybrid row (``hybrid_fusion``, ``hybrid_weight``, ``hybrid_rrf_k``), or of a hybrid
-    + rerank row's first stage."""
+    + rerank row's first stage and ``hybrid_rerank_window``."""
     if row.first_stage is not None:
         first: ListFusion = row.first_stage
-        return {"hybrid_fusion": first.mode, "hybrid_weight": first.weight, **({"hybrid_rrf_k": first.rrf_k} if first.mode == "rrf" else {})}
+        return {"hybrid_fusion": first.mode, "hybrid_weight": first.weight, **({"hybrid_rrf_k": first.rrf_k} if first.mode == "rrf" else {}),
+                "hybrid_rerank_window": row.rerank_window or "fused"}
     values: dict[str, Any] = {"hybrid_fusion": row.fusion.removeprefix("hybrid-"), "hybrid_weight": row.weight}
     if row.rrf_k is not None:
         values["hybrid_rrf_k"] = row.rrf_k
     return values
 
 
-__all__ = ["best_hybrid", "fetch_candidates", "hybrid_grid", "hybrid_list", "hybrid_rows", "lists_of", "pipeline_rows",
+__all__ = ["Listed", "best_hybrid", "fetch_candidates", "hybrid_grid", "hybrid_list", "hybrid_rows", "lists_of", "pipeline_rows",
            "reranked", "settings_lines"]

@@ -339,23 +339,27 @@ def test_tune_measures_the_hybrid_weight_and_writes_it(vector_engine: Engine, ve
     assert rows[("hybrid-rrf", 0.5, 60)]["P@1"] >= rows[("augmented", None, None)]["P@1"]
     # the reranked hybrid windows: every first stage × rerank fusion, named by its first stage
     pipeline = [r for r in json.loads((out / "tune.json").read_text()) if r["first_stage"] is not None]
-    assert len(pipeline) == (3 + 3) * (1 + 3)  # (linear + rrf) × weights, each × (replace + linear × weights)
+    assert len(pipeline) == (3 + 3) * (1 + 3) * 2  # (linear + rrf) × weights, each × (replace + linear × weights) × rerank windows
     assert {(r["fusion"], r["weight"]) for r in pipeline} == {("replace", None), ("linear", 0.0), ("linear", 0.5), ("linear", 1.0)}
+    assert sorted({r["rerank_window"] for r in pipeline}) == ["both", "fused"]
     assert max(r["P@1"] for r in pipeline) == 1.0  # h01 (kNN only) and d01 both first
     written = load_config_file(out / "gateway.toml")
     assert written["hybrid"] is True  # hybrid + rerank (P@1 1.0) beats BM25 + rerank (q0 has no BM25 hit)
     assert written["hybrid_fusion"] in ("rrf", "linear") and written["hybrid_weight"] in (0.0, 0.5)  # kNN helps here: w < 1
+    assert written["hybrid_rerank_window"] in ("fused", "both")
     assert "best hybrid first stage by P@1: hybrid-" in result.output
     assert "best hybrid + rerank by P@1: " in result.output and ", on hybrid-" in result.output
 
 
-@pytest.mark.parametrize(("first", "spec"), [
-    (ListFusion(mode="rrf", weight=0.3, rrf_k=10), FusionSpec(mode="linear", weight=0.4)),
-    (ListFusion(mode="linear", weight=0.7), FusionSpec(mode="replace")),
-    (ListFusion(mode="linear", weight=0.5), FusionSpec(mode="linear", weight=0.8)),
+@pytest.mark.parametrize(("first", "spec", "rerank_window"), [
+    (ListFusion(mode="rrf", weight=0.3, rrf_k=10), FusionSpec(mode="linear", weight=0.4), "fused"),
+    (ListFusion(mode="linear", weight=0.7), FusionSpec(mode="replace"), "fused"),
+    (ListFusion(mode="linear", weight=0.5), FusionSpec(mode="linear", weight=0.8), "fused"),
+    (ListFusion(mode="rrf", weight=0.8, rrf_k=60), FusionSpec(mode="replace"), "both"),
+    (ListFusion(mode="linear", weight=0.2), FusionSpec(mode="linear", weight=0.5), "both"),
 ])
 def test_tune_pipeline_rankings_are_what_the_gateway_serves(vector_engine: Engine, vector_index: str, bi_url: str, dictionary,
-                                                            first: ListFusion, spec: FusionSpec) -> None:
+                                                            first: ListFusion, spec: FusionSpec, rerank_window: str) -> None:
     """The offline hybrid + rerank ranking ``jingpai tune`` scores is the page the gateway serves with those settings."""
     from jingpai.plugin.tune import LabelledQuery, TuneSettings, fetch_runs
     from jingpai.plugin.tune_hybrid import hybrid_list, reranked
@@ -367,8 +371,9 @@ def test_tune_pipeline_rankings_are_what_the_gateway_serves(vector_engine: Engin
         runs = fetch_runs(gw.url, settings, queries, text_field="title")
         for run in runs:
             assert run.hybrid is not None and all(c[5] is not None for c in run.hybrid)
-            expected = reranked(hybrid_list(run.hybrid, first, settings.depth), spec, 5, settings.depth)
-            hybrid = {"enabled": True, "fusion": first.mode, "weight": first.weight, **({"rrf_k": first.rrf_k} if first.mode == "rrf" else {})}
+            expected = reranked(hybrid_list(run.hybrid, first, settings.depth), spec, 5, settings.depth, rerank_window)
+            hybrid = {"enabled": True, "fusion": first.mode, "weight": first.weight, **({"rrf_k": first.rrf_k} if first.mode == "rrf" else {}),
+                      "rerank_window": rerank_window}
             ext = {"window": 5, "fusion": spec.mode, "hybrid": hybrid, **({"fusion_weight": spec.weight} if spec.mode != "replace" else {})}
             body = {"query": {"match": {"title": run.query.text}}, "size": settings.depth, "_source": False, "ext": {"jingpai": ext}}
             served = post(gw.url, vector_index, body, jingpai="rerank")
