@@ -18,9 +18,10 @@ Rows:
 - the pipeline a search on an index with vectors runs (:func:`pipeline_rows`): each of those first stages, its top
   ``window`` reranked (``replace``, or ``linear`` at each engine weight, the engine score being the hybrid fusion's
   score as in the gateway), the rest of the fused list after it; and the same with ``rerank_window`` ``both`` (every
-  hit within the top ``window`` of the BM25 or the kNN list reranked, :func:`jingpai.plugin.gateway.hybrid.rerank_split`). A rerank fusion chosen on BM25's windows is not
-  the best one on hybrid windows (their engine scores are fused ranks, not BM25 scores), so the two are chosen
-  together (:func:`jingpai.plugin.tune.best_pipeline`).
+  hit within the top ``window`` of the BM25 or the kNN list reranked, as
+  :func:`jingpai.plugin.gateway.hybrid.rerank_split` does). A rerank fusion chosen on BM25's windows is not the best
+  one on hybrid windows (their engine scores are fused ranks, not BM25 scores), so the two are chosen together
+  (:func:`jingpai.plugin.tune.best_pipeline`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from jingpai.plugin.gateway.hybrid import in_both_windows
 from jingpai.reranker.fusion import FusionSpec, ListFusion, fused_order
 
 # the tuning's own types (TuneSettings, QueryRuns, TuneRow) are :mod:`jingpai.plugin.tune`'s, which imports this
@@ -129,9 +131,9 @@ def reranked(hybrid: Sequence[Listed], spec: FusionSpec, window: int, depth: int
     >>> reranked(lst, FusionSpec(mode="replace"), 1, 10, "both")
     ['b', 'a', 'c']
     """
-    if rerank_window == "both":
-        inside = [any(r is not None and r <= window for r in h[3:5]) for h in hybrid]
-        head, rest = [h for h, i in zip(hybrid, inside) if i], [h for h, i in zip(hybrid, inside) if not i]
+    if rerank_window == "both":  # the gateway's own rule (rerank_split)
+        head = [h for h in hybrid if in_both_windows(h[3], h[4], window)]
+        rest = [h for h in hybrid if not in_both_windows(h[3], h[4], window)]
     else:
         head, rest = list(hybrid[:window]), list(hybrid[window:])
     if any(h[2] is None for h in head):
@@ -145,9 +147,8 @@ def pipeline_rows(settings: TuneSettings, runs: Sequence[QueryRuns], metrics: Ca
                   row: Callable[..., TuneRow], bm25_ranking: Callable[[QueryRuns, FusionSpec, int, int], list[str]]) -> list[TuneRow]:
     """One row per hybrid first stage (:func:`hybrid_grid`) × window × rerank fusion (``replace``, ``linear`` at
     each engine weight) × ``rerank_window`` (``fused``, ``both``), each row's ``first_stage`` naming its hybrid
-    fusion. A query the gateway did not run hybrid
-    gets ``bm25_ranking(run, spec, window, depth)``: its BM25 window reranked by the same fusion (what the gateway
-    serves then; :func:`jingpai.plugin.tune.fused_ranking`)."""
+    fusion. A query the gateway did not run hybrid gets ``bm25_ranking(run, spec, window, depth)``: its BM25 window
+    reranked by the same fusion (what the gateway serves then; :func:`jingpai.plugin.tune.fused_ranking`)."""
     depth = settings.depth
     specs = [FusionSpec(mode="replace")] + [FusionSpec(mode="linear", weight=w) for w in settings.weights]
     rows = []

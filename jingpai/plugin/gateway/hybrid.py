@@ -240,10 +240,20 @@ def rerank_split(hits: list[dict], window: int, rerank_window: str) -> tuple[lis
 
     def inside(hit: dict) -> bool:
         ranks = hit.get("_jingpai") or {}
-        return any(rank is not None and rank <= window for rank in (ranks.get("bm25_rank"), ranks.get("knn_rank")))
+        return in_both_windows(ranks.get("bm25_rank"), ranks.get("knn_rank"), window)
 
     return [h for h in hits if inside(h)], [h for h in hits if not inside(h)]
 
 
-__all__ = ["KNN_REASONS", "HybridPlan", "HybridSearcher", "KnnOutcome", "exclude_vector", "fuse_hits", "knn_filter", "not_applied",
+def in_both_windows(bm25_rank: int | None, knn_rank: int | None, window: int) -> bool:
+    """Whether a hit with these list ranks (``None``: not in that list) is reranked under ``rerank_window`` ``both``:
+    within the top ``window`` of the BM25 list or of the kNN list.
+
+    >>> in_both_windows(None, 3, 5), in_both_windows(6, None, 5), in_both_windows(None, None, 5)
+    (True, False, False)
+    """
+    return any(rank is not None and rank <= window for rank in (bm25_rank, knn_rank))
+
+
+__all__ = ["KNN_REASONS", "HybridPlan", "HybridSearcher", "KnnOutcome", "exclude_vector", "fuse_hits", "in_both_windows", "knn_filter", "not_applied",
            "plan_hybrid", "rerank_split"]
