@@ -114,11 +114,14 @@ def use_vectors_for(model_name: str, config: dict[str, Any], pairs: list) -> dic
 @click.option("--topic-epochs", type=click.IntRange(min=0), default=0, show_default=True,
               help="Pre-train the topic model for this many epochs first (tita).")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Read at most this many pairs per file.")
+@click.option("--init-from", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="Start from the weights of a saved model of the same --model (e.g. to train a pair-trained model on "
+                   "windows); --config may change only fields that shape no weight (dropout, loss weights).")
 @settings_options("train", TrainSettings, TRAIN_OPTIONS)
 @click.option("--device", default=None, help="Torch device (default: CUDA when available).")
 @settings_options("train", TrainSettings, PROGRESS_OPTION)
 def train(model_name, base, train_paths, dev_path, holdout, entity_negatives, fmt, label_mode, out_dir, config_items, dict_dir,
-          vectors, init_embeddings, topic_epochs, limit, device, **values) -> None:
+          vectors, init_embeddings, topic_epochs, limit, init_from, device, **values) -> None:
     """Train a reranking model on labelled pairs and save the best one to --out."""
     from jingpai.reranker.train import train as run_training
 
@@ -133,8 +136,12 @@ def train(model_name, base, train_paths, dev_path, holdout, entity_negatives, fm
             if vectors is not None:
                 raise click.UsageError("--init-embeddings use and --vectors both set the word vectors; pass one of them")
             vectors = use_vectors_for(model_name, config, train_pairs)
-        model = _build_model(model_name, config, train_pairs, device=device, vectors=vectors, topic_epochs=topic_epochs,
-                             seed=settings.seed)
+        if init_from is not None:
+            model = _init_model(model_name, init_from, config, base=base, vectors=vectors, init_embeddings=init_embeddings,
+                                topic_epochs=topic_epochs, device=device)
+        else:
+            model = _build_model(model_name, config, train_pairs, device=device, vectors=vectors, topic_epochs=topic_epochs,
+                                 seed=settings.seed)
         result = run_training(model, train_pairs, dev_pairs, settings, out_dir=out_dir)
     except _INPUT_ERRORS as exc:
         raise click.ClickException(str(exc)) from exc
@@ -186,6 +193,20 @@ def _build_model(model_name: str, config: dict[str, Any], train_pairs: list, *, 
         if not hasattr(model, "pretrain_topics"):
             raise click.ClickException(f"--topic-epochs applies to models with a topic model (tita), not {model_name!r}")
         model.pretrain_topics([p.document for p in train_pairs], epochs=topic_epochs, seed=seed)
+    return model
+
+
+def _init_model(model_name: str, init_from: Path, config: dict[str, Any], *, base: str, vectors: Any, init_embeddings: str,
+                topic_epochs: int, device: str | None) -> Any:
+    """The saved model at ``--init-from`` (its architecture must be ``--model``), ``--config`` applied on top."""
+    clashes = [name for name, given in (("--base", base.lower() != "none"), ("--vectors", vectors is not None),
+                                        ("--init-embeddings use", init_embeddings == "use"), ("--topic-epochs", topic_epochs > 0)) if given]
+    if clashes:
+        raise click.UsageError(f"--init-from starts from a saved model's weights; {', '.join(clashes)} would build new ones: drop them")
+    model = registry.get(model_name).load(init_from, device=device, overrides=config)
+    if model.name != model_name:  # a subclass's model loads through its parent's class; training it as the parent would mislabel it
+        raise click.UsageError(f"--init-from {init_from} holds a {model.name!r} model, not {model_name!r}: pass --model {model.name}")
+    logger.info("training on from %s (%s)", init_from, model_name)
     return model
 
 

@@ -244,18 +244,20 @@ class Reranker(ABC):
         return path
 
     @classmethod
-    def load(cls, directory: str | Path, *, device: str | None = None) -> Reranker:
+    def load(cls, directory: str | Path, *, device: str | None = None, overrides: dict[str, Any] | None = None) -> Reranker:
         """Load a model directory as it is; which loader reads it is decided and logged with the reason.
 
         Accepted (see :mod:`jingpai.reranker.hf_checkpoint`): a saved jingpai model (``jingpai_model.json``
         names the architecture), a Hugging Face ``*ForSequenceClassification`` cross-encoder
         (``save_pretrained``), or a sentence-transformers ``CrossEncoder`` directory; the last two load
         as a ``cross`` model with their own tokenizer, head, ``max_length`` and score activation.
+        ``overrides`` replaces config fields of a saved jingpai model that shape no weight (``dropout``,
+        loss weights), for training on from its weights.
 
         Raises:
             ModelLoadError: the directory is none of these, lacks files, or names an unknown architecture.
         """
-        return importlib.import_module(LOADER).load(directory, expected=cls, device=device)
+        return importlib.import_module(LOADER).load(directory, expected=cls, device=device, overrides=overrides)
 
 
 __all__ = ["LOADER", "MODEL_FILE", "WEIGHTS_FILE", "ModelLoadError", "Pair", "RankResult", "Reranker", "RerankerConfig"]

@@ -49,6 +49,8 @@ def test_recipe_command_is_a_valid_train_line(key: str) -> None:
         assert float(opts["max_minutes"]) == settings["max_minutes"]
     if "lr" in settings:
         assert float(opts["lr"]) == settings["lr"]
+    # a recipe that trains on from another's weights says so (and one that does not, does not)
+    assert (opts.get("init_from") is not None) == (recipe.init_from is not None), key
 
 
 def test_a_broken_line_is_caught() -> None:

@@ -134,3 +134,35 @@ def test_the_cli_trains_it_with_length_batches_and_a_holdout(shared_data: Path, 
     assert isinstance(Reranker.load(out, device="cpu"), UseEsimReranker)
     bad = CliRunner().invoke(cli, [*args[:-2], "--batching", "words", "--out", str(tmp_path / "x")])
     assert bad.exit_code != 0 and "'words' is not one of 'pairs', 'queries', 'lengths'" in bad.output
+
+
+def test_training_goes_on_from_a_saved_model_with_loss_fields_overridden(shared_data: Path, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from jingpai.cli import cli
+    from jingpai.reranker.base import ModelLoadError
+
+    saved = tmp_path / "pairs"
+    registry.create("use-esim", device="cpu", hidden=16, dropout=0.0).save(saved)
+    loaded = Reranker.load(saved, device="cpu", overrides={"listwise_weight": 1.0})
+    assert loaded.config.listwise_weight == 1.0 and loaded.config.hidden == 16
+    original = torch.load(saved / "model.pt", weights_only=True)
+    assert all(torch.equal(original[k], v) for k, v in loaded.net.state_dict().items())
+    with pytest.raises(ModelLoadError, match=r"do not fit its config with \['hidden'\] changed"):
+        Reranker.load(saved, device="cpu", overrides={"hidden": 32})
+    with pytest.raises(ModelLoadError, match=r"unknown use-esim config field\(s\) \['layers'\]"):
+        Reranker.load(saved, device="cpu", overrides={"layers": 2})
+
+    out = tmp_path / "windows"
+    args = ["train", "--model", "use-esim", "--init-from", str(saved), "--train", str(shared_data / "zh" / "lcqmc" / "train.tsv"),
+            "--limit", "120", "--label-mode", "binary", "--batching", "queries", "--batch-size", "16", "--max-steps", "3",
+            "--lr", "1e-3", "--config", "listwise_weight=1.0", "--no-progress", "--out", str(out)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    trained = Reranker.load(out, device="cpu")
+    assert trained.config.listwise_weight == 1.0 and trained.config.hidden == 16
+    assert any(not torch.equal(original[k], v) for k, v in trained.net.state_dict().items())  # it trained from there
+    wrong = CliRunner().invoke(cli, [*args[:2], "use-bi", *args[3:-2], "--out", str(tmp_path / "x")])
+    assert wrong.exit_code != 0 and "holds a 'use-esim' model, not 'use-bi'" in wrong.output
+    clash = CliRunner().invoke(cli, [*args[:-2], "--base", "/models/x", "--out", str(tmp_path / "y")])
+    assert clash.exit_code != 0 and "--base would build new ones" in clash.output
