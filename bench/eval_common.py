@@ -27,6 +27,10 @@ logger = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_DIR = Path(os.environ.get("JINGPAI_DATA_DIR", REPO.parent / "shared" / "data"))
+#: the two baseline rows of a question-retrieval table (the report's summary finds them by these labels)
+RAW_BM25 = "BM25, raw field (engine direct)"
+AUGMENTED_BM25 = "BM25 + dictionary augmentation (gateway, rerank off)"
+
 SECTIONS: tuple[str, ...] = ("retrieval", "hybrid", "microblog", "qa", "negatives", "speed")
 Mode = Literal["quick", "full"]
 FirstStage = Literal["ql", "bm25", "both"]

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.eval_common import (
-    ZH_BQ_DICTIONARY_SOURCES, ZH_DICTIONARY_SOURCES, ReportError, ReportSettings, Row, Table, base_meta, class_balance_note, data_path,
+    AUGMENTED_BM25, RAW_BM25, ZH_BQ_DICTIONARY_SOURCES, ZH_DICTIONARY_SOURCES, ReportError, ReportSettings, Row, Table, base_meta, class_balance_note, data_path,
     gateway, rerank_service, save_table, torch_device, zh_bq_dictionary, zh_dictionary,
 )
 from bench.eval_models import RECIPES, get_model
@@ -497,8 +497,8 @@ def run(settings: ReportSettings) -> list[Table]:
                 notes=notes,
             )
             methods: list[tuple[str, str, str | None, dict]] = [
-                ("BM25, raw field (engine direct)", "direct", None, {}),
-                ("BM25 + dictionary augmentation (gateway, rerank off)", "augment", None, {}),
+                (RAW_BM25, "direct", None, {}),
+                (AUGMENTED_BM25, "augment", None, {}),
             ]
             for key in keys:
                 w = fusions[key]["fusion_weight"]

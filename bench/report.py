@@ -26,7 +26,7 @@ from pathlib import Path
 
 import click
 
-from bench.eval_common import DATA_KEYS, FIRST_STAGES, REPO, SECTIONS, ReportError, ReportSettings, Table, load_tables, save_table
+from bench.eval_common import AUGMENTED_BM25, DATA_KEYS, FIRST_STAGES, RAW_BM25, REPO, SECTIONS, ReportError, ReportSettings, Table, load_tables, save_table
 
 logger = logging.getLogger(__name__)
 
@@ -143,22 +143,26 @@ def _deltas(row: dict, base: dict, columns: tuple[str, ...]) -> dict[str, float]
 def _retrieval_lines(t: Table) -> list[str]:
     """Summary lines of one question-retrieval table: augmented vs raw BM25, then each rerank row vs augmented,
     under the paper's protocol and, where the table has it, with every known paraphrase relevant."""
-    rows = t.rows
-    raw, augmented = rows[0].cells, rows[1].cells
+    # found by label, not position: an `--only` run may hold either baseline row, or neither
+    raw = next((r.cells for r in t.rows if r.cells["method"] == RAW_BM25), None)
+    augmented = next((r.cells for r in t.rows if r.cells["method"] == AUGMENTED_BM25), None)
+    if augmented is None:
+        return []
 
     def shown(diff: dict[str, float]) -> str:
         return ", ".join(f"{c.replace(' (all)', '')} {d:+.3f}" for c, d in diff.items())
 
     lines = []
-    paper = _deltas(augmented, raw, PAPER_P) or {}
-    every = _deltas(augmented, raw, (*ALL_P, "MRR (all)"))
-    shape = "holds" if all(d > 0 for d in paper.values()) else "does not hold"
-    text = f"{t.title}: {augmented['method']} vs raw BM25: {shown(paper)} (the paper's shape, every P@k improves, {shape})"
-    if every is not None:
-        holds = "holds" if all(every[c] > 0 for c in ALL_P) else "does not hold"
-        text += f"; every paraphrase relevant: {shown(every)} (every P@k improves: {holds})"
-    lines.append(text + ".")
-    for row in rows[2:]:
+    if raw is not None:
+        paper = _deltas(augmented, raw, PAPER_P) or {}
+        every = _deltas(augmented, raw, (*ALL_P, "MRR (all)"))
+        shape = "holds" if all(d > 0 for d in paper.values()) else "does not hold"
+        text = f"{t.title}: {augmented['method']} vs raw BM25: {shown(paper)} (the paper's shape, every P@k improves, {shape})"
+        if every is not None:
+            holds = "holds" if all(every[c] > 0 for c in ALL_P) else "does not hold"
+            text += f"; every paraphrase relevant: {shown(every)} (every P@k improves: {holds})"
+        lines.append(text + ".")
+    for row in (r for r in t.rows if r.cells is not raw and r.cells is not augmented):
         paper = _deltas(row.cells, augmented, PAPER_P) or {}
         every = _deltas(row.cells, augmented, (*ALL_P, "MRR (all)"))
         verdict = "every P@k ≥ augmented BM25" if all(d >= 0 for d in paper.values()) else "below augmented BM25 at some P@k"
@@ -197,7 +201,7 @@ def summarize(tables: list[Table]) -> list[str]:
     lines: list[str] = []
     for t in sorted(tables, key=lambda t: (SECTIONS.index(t.section), t.key)):
         rows = t.rows
-        if t.section == "retrieval" and t.key not in ("retrieval-models", "retrieval-tuning") and len(rows) >= 2:
+        if t.section == "retrieval" and t.key not in ("retrieval-models", "retrieval-tuning") and rows:
             lines += _retrieval_lines(t)
         elif t.section == "hybrid" and rows:
             lines += _hybrid_lines(t)

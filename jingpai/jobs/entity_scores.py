@@ -102,7 +102,8 @@ class EntityScorer:
     def __init__(self, model: Reranker, *, batch_size: int = 32) -> None:
         self.model = model
         self.batch_size = batch_size
-        self.precomputed = callable(getattr(model, "encode_documents", None)) and callable(getattr(model, "predict_encoded", None))
+        self.precomputed = (callable(getattr(model, "encode_documents", None)) and callable(getattr(model, "predict_encoded", None))
+                            and getattr(model, "precomputes_documents", True))
         if not self.precomputed:
             logger.info(
                 "%s model has no precomputed-document path (encode_documents/predict_encoded): "

@@ -13,9 +13,10 @@ from click.testing import CliRunner
 
 from bench import eval_common
 from bench.__main__ import bench
-from bench.eval_common import ReportSettings, Row, Table, load_tables, save_table
+from bench.eval_common import AUGMENTED_BM25, RAW_BM25, ReportSettings, Row, Table, load_tables, save_table
 from bench.eval_import import parse_printed
 from bench.eval_microblog import read_trec_run, rerank_run
+from bench.report import summarize
 from bench.eval_models import RECIPE_FILE, RECIPES, get_model
 from jingpai.reranker.data import LabeledPair
 from jingpai.engine.client import Engine
@@ -72,6 +73,29 @@ def test_saving_a_rerun_row_replaces_only_that_row(tmp_path: Path) -> None:
     save_table(table([Row({"model": "b", "MAP": 0.3}, "cmd b"), Row({"model": "c", "MAP": 0.4}, "cmd c")]), tmp_path)
     [loaded] = load_tables(tmp_path)
     assert [(r.cells["model"], r.cells["MAP"]) for r in loaded.rows] == [("a", 0.1), ("b", 0.3), ("c", 0.4)]
+
+
+def _retrieval_table(*methods: tuple[str, float]) -> Table:
+    cells = lambda p1: {f"P@{k}": p1 for k in (1, 3, 5, 10)}  # noqa: E731
+    return Table(key="retrieval-lcqmc-opensearch", section="retrieval", title="Question retrieval — LCQMC dev, opensearch (full)",
+                 columns=["method", "P@1", "P@3", "P@5", "P@10"], meta={"command": "c"},
+                 rows=[Row({"method": m, **cells(p1)}, "cmd") for m, p1 in methods])
+
+
+def test_summary_compares_reranks_with_the_augmented_row_wherever_it_stands() -> None:
+    # an `--only …augment --only …rerank…` run has no raw BM25 row: the rerank rows are still compared with the
+    # augmented row, and no line calls anything "raw BM25"
+    only = _retrieval_table(("+ rerank top 20, m, replace (model score alone)", 0.40), (AUGMENTED_BM25, 0.50),
+                            ("+ rerank top 20, m, linear fusion w=0.8", 0.55))
+    lines = summarize([only])
+    assert [line.split(": ", 1)[1].split(" vs ")[0] for line in lines] == [
+        "+ rerank top 20, m, replace (model score alone)", "+ rerank top 20, m, linear fusion w=0.8"]
+    assert "P@1 -0.100" in lines[0] and "below augmented BM25 at some P@k" in lines[0]
+    assert "P@1 +0.050" in lines[1] and "every P@k ≥ augmented BM25" in lines[1]
+    full = _retrieval_table((RAW_BM25, 0.45), (AUGMENTED_BM25, 0.50), ("+ rerank top 20, m, linear fusion w=0.8", 0.55))
+    first, rerank = summarize([full])
+    assert f"{AUGMENTED_BM25} vs raw BM25: P@1 +0.050" in first and "P@1 +0.050" in rerank
+    assert summarize([_retrieval_table((RAW_BM25, 0.45))]) == []  # nothing to compare with
 
 
 def test_printed_rows_are_imported_with_their_table_and_stats() -> None:

@@ -1,4 +1,4 @@
-"""``bertca``: separate encodings, masked co-attention, decoders, similarities, precomputed documents."""
+"""``bertca``: separate (and joint) encodings, masked co-attention, decoders, similarities, precomputed documents."""
 
 from __future__ import annotations
 
@@ -189,3 +189,56 @@ def test_pooled_features_are_standardised_before_the_mlp(tiny_bert_dir: Path) ->
     # a training batch of one pair (a run's last) uses the running statistics instead of failing
     model.loss(model.featurize(PAIRS[:1]), torch.tensor([2])).backward()
     assert not any(isinstance(m, torch.nn.BatchNorm1d) for m in make(tiny_bert_dir, pooled_norm="none").net.mlp)
+
+
+def test_joint_encoding_splits_one_pass_into_the_two_sides(tiny_bert_dir: Path, tmp_path: Path) -> None:
+    model = make(tiny_bert_dir, encoding="joint", query_max_length=8, max_length=16)
+    batch = model.featurize(PAIRS)
+    tok = model.tokenizer
+    for i, (query, doc) in enumerate(PAIRS):
+        ids = batch["input_ids"][i]
+        side = lambda name: ids[batch[f"{name}_index"][i][batch[f"{name}_mask"][i].bool()]].tolist()  # noqa: E731
+        q_ids, d_ids = side("query"), side("doc")
+        # [CLS] query [SEP] | document [SEP]: each side keeps its special tokens, nothing is read twice or lost
+        assert q_ids[0] == tok.cls_token_id and q_ids[-1] == tok.sep_token_id and d_ids[-1] == tok.sep_token_id
+        assert q_ids + d_ids == ids[batch["attention_mask"][i].bool()].tolist()
+        assert len(q_ids) + len(d_ids) <= 8 + 16
+    assert len(side("query")) - 2 == len(tok(PAIRS[2][0], add_special_tokens=False)["input_ids"])
+    # the document side depends on the query: BERT attends across the pair
+    with torch.no_grad():
+        base = model.logits(batch)
+        other = model.logits(model.featurize([("完全不同的问题", d) for _, d in PAIRS]))
+    assert not torch.allclose(base, other)
+    # padding another pair into the batch changes nothing
+    alone = model.predict(PAIRS[2:], batch_size=1)
+    np.testing.assert_allclose(model.predict(PAIRS, batch_size=3)[2:], alone, atol=1e-5)
+    loaded = Reranker.load(model.save(tmp_path / "joint"), device="cpu")
+    np.testing.assert_array_equal(loaded.predict(PAIRS), model.predict(PAIRS))
+    with pytest.raises(ValueError, match=r"reads query and document together \(encoding='joint'\), so no document encoding exists"):
+        model.encode_documents([PAIRS[0][1]])
+    with pytest.raises(ValueError, match="unknown encoding 'cross'; expected one of separate, joint"):
+        BertCAConfig(encoding="cross")  # type: ignore[arg-type]
+
+
+def test_training_steps_reduce_the_loss_when_encoded_jointly(tiny_bert_dir: Path) -> None:
+    model = make(tiny_bert_dir, decoder="bilstm", sim="tensor", dropout=0.0, encoding="joint")
+    batch = model.featurize(PAIRS)
+    labels = torch.tensor([2, 0, 1])
+    opt = torch.optim.AdamW(model.net.parameters(), lr=5e-3)
+    model.net.train()
+    first = model.loss(batch, labels).item()
+    for _ in range(20):
+        opt.zero_grad()
+        model.loss(batch, labels).backward()
+        opt.step()
+    assert model.loss(batch, labels).item() < first * 0.8
+
+
+def test_entity_scoring_falls_back_to_pairs_for_a_joint_model(tiny_bert_dir: Path) -> None:
+    from jingpai.jobs.entity_scores import EntityScorer
+
+    joint = make(tiny_bert_dir, encoding="joint")
+    scorer = EntityScorer(joint, batch_size=2)
+    assert scorer.precomputed is False and EntityScorer(make(tiny_bert_dir)).precomputed is True
+    [scores] = scorer.score([(["东阿阿胶", "万科"], PAIRS[0][1])])
+    np.testing.assert_allclose(scores, joint.predict([("东阿阿胶", PAIRS[0][1]), ("万科", PAIRS[0][1])]), atol=1e-5)

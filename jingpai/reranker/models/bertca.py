@@ -33,8 +33,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from jingpai.errors import UserError
 from jingpai.reranker.base import ModelLoadError, Pair, Reranker, RerankerConfig
-from jingpai.reranker.models.bertca_layers import BiLSTM, DeepFusionLSTM, PooledNorm, co_attention, masked_softmax
+from jingpai.reranker.models.bertca_layers import BiLSTM, DeepFusionLSTM, PooledNorm, co_attention, joint_sides, masked_softmax
 from jingpai.reranker.models.cross import load_backbone, save_backbone
 
 logger = logging.getLogger(__name__)
@@ -42,9 +43,15 @@ logger = logging.getLogger(__name__)
 Decoder = Literal["dflstm", "bilstm", "mlp"]
 Similarity = Literal["cosine", "bilinear", "tensor"]
 PooledNormKind = Literal["batch", "none"]
+Encoding = Literal["separate", "joint"]
 DECODERS: tuple[str, ...] = ("dflstm", "bilstm", "mlp")
 SIMILARITIES: tuple[str, ...] = ("cosine", "bilinear", "tensor")
 POOLED_NORMS: tuple[str, ...] = ("batch", "none")
+ENCODINGS: tuple[str, ...] = ("separate", "joint")
+
+
+class NotPrecomputableError(UserError, ValueError):
+    """A ``bertca`` model with ``encoding=joint`` was asked for query-independent document encodings."""
 
 
 @dataclass(frozen=True)
@@ -69,6 +76,12 @@ class BertCAConfig(RerankerConfig):
             similarities are large and nearly equal across pairs (TrecQA: mean |x| 3.6, std across pairs
             0.09), so without it the first tanh layer starts saturated and a short run learns little but
             the class prior (logit spread 0.007 across pairs after one epoch).
+        encoding: ``separate`` (the paper): BERT reads the query and the document apart, so the document side
+            can be computed at index time (:meth:`BertCAReranker.encode_documents`); ``joint``: BERT reads
+            ``[CLS] query [SEP] document [SEP]`` once (``query_max_length + max_length`` tokens in all, the
+            longer side cut first) and its states are split back into the two sides before the same context,
+            co-attention and scoring layers — every BERT layer then attends across the pair, as a
+            cross-encoder's does, and nothing is precomputable.
     """
 
     max_length: int = 512
@@ -84,6 +97,7 @@ class BertCAConfig(RerankerConfig):
     dropout: float = 0.15
     levels: int = 3
     pooled_norm: PooledNormKind = "batch"
+    encoding: Encoding = "separate"
 
     def __post_init__(self) -> None:
         if self.decoder not in DECODERS:
@@ -92,6 +106,8 @@ class BertCAConfig(RerankerConfig):
             raise ValueError(f"unknown sim {self.sim!r}; expected one of {', '.join(SIMILARITIES)}")
         if self.pooled_norm not in POOLED_NORMS:
             raise ValueError(f"unknown pooled_norm {self.pooled_norm!r}; expected one of {', '.join(POOLED_NORMS)}")
+        if self.encoding not in ENCODINGS:
+            raise ValueError(f"unknown encoding {self.encoding!r}; expected one of {', '.join(ENCODINGS)}")
         if self.levels < 2:
             raise ValueError(f"levels must be >= 2, got {self.levels}")
         # JSON round-trips tuples as lists; keep the frozen config hashable and comparable
@@ -189,6 +205,29 @@ class BertCANet(nn.Module):
             top = nn.functional.pad(top, (0, self.config.k_max - k))
         return self.out(self.mlp(top.flatten(1)))
 
+    def forward_joint(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        query_index: torch.Tensor,
+        query_mask: torch.Tensor,
+        doc_index: torch.Tensor,
+        doc_mask: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits of pairs BERT read together; ``*_index`` pick each side's positions (``*_mask``: real ones)."""
+        extra = {} if token_type_ids is None else {"token_type_ids": token_type_ids}
+        out = self.backbone(input_ids=input_ids, attention_mask=attention_mask, **extra)
+        tokens = torch.cat([self.backbone.get_input_embeddings()(input_ids), out.last_hidden_state], dim=-1)
+
+        def side(index: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            picked = tokens.gather(1, index.unsqueeze(-1).expand(-1, -1, tokens.shape[-1]))
+            return picked * mask.unsqueeze(-1).to(picked.dtype)
+
+        h = self.context_query(side(query_index, query_mask), query_mask.bool())
+        hd = self.context_doc(side(doc_index, doc_mask), doc_mask.bool())
+        return self.match(h, query_mask, hd, doc_mask)
+
     def forward(
         self,
         query_input_ids: torch.Tensor,
@@ -232,13 +271,35 @@ class BertCAReranker(Reranker):
         return {f"{prefix}_input_ids": enc["input_ids"], f"{prefix}_attention_mask": enc["attention_mask"]}
 
     def featurize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
+        if self.config.encoding == "joint":
+            return self._featurize_joint(pairs)
         return {
             **self._tokenize([q for q, _ in pairs], self.config.query_max_length, "query"),
             **self._tokenize([d for _, d in pairs], self.config.max_length, "doc"),
         }
 
+    def _featurize_joint(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
+        enc = self.tokenizer([q for q, _ in pairs], [d for _, d in pairs], padding=True, truncation="longest_first",
+                             max_length=self.config.query_max_length + self.config.max_length, return_tensors="pt")
+        batch = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
+        return {**batch, **joint_sides(enc["attention_mask"], [enc.sequence_ids(i) for i in range(len(pairs))])}
+
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.config.encoding == "joint":
+            return self.net.forward_joint(**batch).float()
         return self.net(**batch).float()
+
+    @property
+    def precomputes_documents(self) -> bool:
+        """Whether :meth:`encode_documents` works: the document side is query-independent (``encoding=separate``)."""
+        return self.config.encoding == "separate"
+
+    def _require_separate(self) -> None:
+        if not self.precomputes_documents:
+            raise NotPrecomputableError(
+                f"this bertca model reads query and document together (encoding={self.config.encoding!r}), so no document "
+                "encoding exists before its query: score pairs with predict(), or train with encoding=separate"
+            )
 
     def _expected_level(self, logits: torch.Tensor) -> torch.Tensor:
         levels = torch.arange(self.config.levels, device=logits.device, dtype=torch.float32)
@@ -273,7 +334,11 @@ class BertCAReranker(Reranker):
         """Query-independent document encodings (context BiLSTM states), one ``[M_i, l]`` CPU tensor per text.
 
         Compute these at index time and score later with :meth:`predict_encoded`.
+
+        Raises:
+            NotPrecomputableError: the model reads query and document together (``encoding=joint``).
         """
+        self._require_separate()
         self.net.eval()
         out: list[torch.Tensor] = []
         for start in range(0, len(texts), batch_size):
@@ -291,7 +356,9 @@ class BertCAReranker(Reranker):
 
         Raises:
             ValueError: the two sequences differ in length or an encoding has the wrong width.
+            NotPrecomputableError: the model reads query and document together (``encoding=joint``).
         """
+        self._require_separate()
         if len(queries) != len(encodings):
             raise ValueError(f"got {len(queries)} queries but {len(encodings)} document encodings; expected one per query")
         width = 2 * self.config.context_hidden
@@ -323,4 +390,4 @@ class BertCAReranker(Reranker):
         return cls(config, device=device, assets=directory)
 
 
-__all__ = ["BertCAConfig", "BertCAReranker", "co_attention", "masked_softmax"]
+__all__ = ["BertCAConfig", "BertCAReranker", "NotPrecomputableError", "co_attention", "masked_softmax"]
