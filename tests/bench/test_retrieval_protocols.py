@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bench import eval_common, eval_retrieval
-from bench.eval_common import ReportSettings, Row, Table
+from bench.eval_common import AUGMENTED_BM25, RAW_BM25, ReportSettings, Row, Table
 from bench.eval_retrieval import RetrievalSet, both_protocols, one_relevant_ceiling, paraphrase_qrels
 from bench.report import summarize
 from jingpai.reranker.data import read_pairs
@@ -84,16 +84,16 @@ def _row(method: str, paper: float, every: float | None) -> Row:
 
 def test_summary_compares_rows_under_both_protocols_and_reads_old_tables() -> None:
     table = Table(key="retrieval-bq-opensearch", section="retrieval", title="BQ", columns=[],
-                  rows=[_row("raw", 0.10, 0.20), _row("augmented", 0.12, 0.19), _row("rerank", 0.11, 0.30)])
+                  rows=[_row(RAW_BM25, 0.10, 0.20), _row(AUGMENTED_BM25, 0.12, 0.19), _row("rerank", 0.11, 0.30)])
     old = Table(key="retrieval-lcqmc-opensearch", section="retrieval", title="LCQMC", columns=[],
-                rows=[_row("raw", 0.10, None), _row("augmented", 0.12, None)])
+                rows=[_row(RAW_BM25, 0.10, None), _row(AUGMENTED_BM25, 0.12, None)])
     lines = summarize([table, old])
-    assert lines[0] == ("BQ: augmented vs raw BM25: P@1 +0.020, P@3 +0.020, P@5 +0.020, P@10 +0.020 (the paper's shape, every P@k "
+    assert lines[0] == (f"BQ: {AUGMENTED_BM25} vs raw BM25: P@1 +0.020, P@3 +0.020, P@5 +0.020, P@10 +0.020 (the paper's shape, every P@k "
                         "improves, holds); every paraphrase relevant: P@1 -0.010, P@3 -0.010, P@5 -0.010, P@10 -0.010, MRR -0.010 "
                         "(every P@k improves: does not hold).")
     assert lines[1].endswith("(below augmented BM25 at some P@k); every paraphrase relevant: P@1 +0.110, P@3 +0.110, P@5 +0.110, "
                              "P@10 +0.110, MRR +0.110 (every P@k ≥ augmented BM25).")
-    assert lines[2] == "LCQMC: augmented vs raw BM25: P@1 +0.020, P@3 +0.020, P@5 +0.020, P@10 +0.020 (the paper's shape, every P@k improves, holds)."
+    assert lines[2] == f"LCQMC: {AUGMENTED_BM25} vs raw BM25: P@1 +0.020, P@3 +0.020, P@5 +0.020, P@10 +0.020 (the paper's shape, every P@k improves, holds)."
 
 
 def test_pair_classification_rows_have_their_own_rerun_commands() -> None:

@@ -169,6 +169,26 @@ def test_english_text_works() -> None:
     assert sorted(r["index"] for r in ranked) == [0, 1, 2, 3]
 
 
+def test_unknown_words_match_only_themselves_with_oov_buckets(tmp_path: Path) -> None:
+    english = ["what is the gdp of china", "the gdp of china grew fast", "cats sleep a lot"]
+    plain = HcanReranker.build(english, tiny_config(), device="cpu")
+    hashed = HcanReranker.build(english, tiny_config(oov_buckets=50), device="cpu")
+    words = ["gdp", "kilimanjaro", "everest", "kilimanjaro"]
+    # without buckets every unknown word is [UNK]: two different mountains look identical to the model
+    assert plain.word_ids(words)[1] == plain.word_ids(words)[2] == 1
+    ids = hashed.word_ids(words)
+    assert ids[0] == plain.word_ids(words)[0]  # known words keep their vocabulary row
+    assert ids[1] == ids[3] != ids[2] and all(len(hashed.vocab) <= i < len(hashed.vocab) + 50 for i in ids[1:])
+    assert hashed.net.embedding.weight.shape[0] == len(hashed.vocab) + 50
+    pairs = [("how tall is kilimanjaro", "kilimanjaro is 5895 metres tall"), ("how tall is kilimanjaro", "everest is tall")]
+    batch = hashed.featurize(pairs)
+    assert batch["q_ids"].max() >= len(hashed.vocab) and int(batch["d_ids"][0][0]) != int(batch["d_ids"][1][0])
+    loaded = Reranker.load(hashed.save(tmp_path / "oov"), device="cpu")
+    np.testing.assert_array_equal(loaded.predict(pairs), hashed.predict(pairs))
+    with pytest.raises(ValueError, match="HcanConfig.oov_buckets=-1; expected 0 \\(off\\) or a positive bucket count"):
+        HcanConfig(oov_buckets=-1)
+
+
 def test_errors_name_the_bad_value() -> None:
     with pytest.raises(ValueError, match="HcanConfig.encoder='cnn'; expected one of deep, wide, bilstm"):
         HcanConfig(encoder="cnn")  # type: ignore[arg-type]

@@ -31,6 +31,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -43,7 +44,7 @@ from torch.nn.utils.rnn import pack_padded_sequence
 from jingpai.reranker.base import Pair
 from jingpai.reranker.masking import masked_max, masked_mean, masked_softmax
 from jingpai.reranker.word_reranker import WordReranker, WordRerankerConfig
-from jingpai.reranker.wordvocab import pad_ids
+from jingpai.reranker.wordvocab import UNK_ID, pad_ids
 
 logger = logging.getLogger(__name__)
 
@@ -64,6 +65,10 @@ class HcanConfig(WordRerankerConfig):
         mlp_hidden: hidden units of the final 2-layer MLP.
         dropout: dropout before the MLP.
         use_relevance, use_semantic: ablations RM-only / SM-only (paper Table 2).
+        oov_buckets: words outside the training vocabulary get one of this many extra embedding rows, chosen by a
+            stable hash of the word, so the same unknown word in query and document matches itself and two
+            different ones (almost always) do not; ``0``: every unknown word is ``[UNK]`` (how models saved before
+            the option were built), which makes any two unknown words an exact match — at the largest IDF weight.
     """
 
     encoder: Encoder = "deep"
@@ -75,8 +80,11 @@ class HcanConfig(WordRerankerConfig):
     dropout: float = 0.1
     use_relevance: bool = True
     use_semantic: bool = True
+    oov_buckets: int = 0
 
     def __post_init__(self) -> None:
+        if self.oov_buckets < 0:
+            raise ValueError(f"HcanConfig.oov_buckets={self.oov_buckets}; expected 0 (off) or a positive bucket count")
         if self.encoder not in ENCODERS:
             raise ValueError(f"HcanConfig.encoder={self.encoder!r}; expected one of {', '.join(ENCODERS)}")
         if self.num_layers < 1 or self.kernel_size < 1:
@@ -237,7 +245,21 @@ class HcanReranker(WordReranker):
     net: HcanNet
 
     def _build_net(self, embeddings: torch.Tensor, has_vector: torch.Tensor) -> nn.Module:
+        if self.config.oov_buckets:
+            # the bucket rows start like the vocabulary's random rows (wordvocab.embedding_matrix: N(0, 0.1))
+            generator = torch.Generator().manual_seed(self.config.seed)
+            buckets = torch.randn(self.config.oov_buckets, embeddings.shape[1], generator=generator) * 0.1
+            embeddings = torch.cat([embeddings, buckets.to(embeddings.dtype)])
         return HcanNet(self.config, embeddings)
+
+    def word_ids(self, words: Sequence[str]) -> list[int]:
+        """Embedding rows of ``words``: vocabulary ids, unknown words in their hash bucket (``oov_buckets``)."""
+        ids = self.vocab.encode(words)
+        if not self.config.oov_buckets:
+            return ids
+        first = len(self.vocab)
+        return [first + zlib.crc32(w.encode("utf-8")) % self.config.oov_buckets if i == UNK_ID and w not in self.vocab.index else i
+                for w, i in zip(words, ids, strict=True)]
 
     def query_weights(self, words: Sequence[str]) -> np.ndarray:
         """``[layers, max_query_words]`` IDF weight of the phrase each query position covers per layer."""
@@ -250,8 +272,8 @@ class HcanReranker(WordReranker):
 
     def featurize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         queries, docs = self.tokenize_pairs(pairs)
-        q_ids, q_mask = pad_ids([self.vocab.encode(q) for q in queries], length=self.config.max_query_words)
-        d_ids, d_mask = pad_ids([self.vocab.encode(d) for d in docs])
+        q_ids, q_mask = pad_ids([self.word_ids(q) for q in queries], length=self.config.max_query_words)
+        d_ids, d_mask = pad_ids([self.word_ids(d) for d in docs])
         idf = np.stack([self.query_weights(q) for q in queries]) if queries else np.zeros((0, 1, 1), np.float32)
         return {
             "q_ids": torch.from_numpy(q_ids),
