@@ -19,7 +19,7 @@ DATASETS = {
     "wikiqa": (("en", "wikiqa", "dev"), "WikiQA dev (1,130 pairs; queries without a correct answer are skipped)"),
 }
 #: a row per recipe ``{data set}-{arch}``; ``use-``: the word model with USE-multilingual word vectors (issue 31)
-ARCHS = ("cross", "kwbert", "bertca", "joint-bertca", "hcan", "iasm", "use-hcan", "use-iasm")
+ARCHS = ("cross", "kwbert", "bertca", "joint-bertca", "hcan", "iasm", "use-hcan", "use-iasm", "cosine-hcan", "cosine-sum-hcan")
 PAPER = {
     "trecqa": "Paper (HCAN, Table 2, TrecQA raw): HCAN MAP 0.774 / MRR 0.843 (RM 0.756 / 0.812, SM 0.663 / 0.725). BERTCA's "
               "Table 2 covers ETSR, STS-B, QQP and MRPC, none of which is shared here, so bertca has no paper number on these sets.",

@@ -189,6 +189,56 @@ def test_unknown_words_match_only_themselves_with_oov_buckets(tmp_path: Path) ->
         HcanConfig(oov_buckets=-1)
 
 
+def test_cosine_relevance_matching_lets_an_exact_match_dominate_the_softmax() -> None:
+    generator = torch.Generator().manual_seed(0)
+    word = torch.randn(1, 1, 100, generator=generator)
+    word = 0.9 * word / word.norm()  # USE vectors' typical norm
+    others = torch.randn(1, 39, 100, generator=generator) * 0.1  # 39 other answer words, each norm ≈ 1
+    uc = torch.cat([word, others], dim=1)
+    q_mask, c_mask, idf = torch.ones(1, 1, dtype=torch.bool), torch.ones(1, 40, dtype=torch.bool), torch.ones(1, 1)
+    dot_max = relevance_matching(word, q_mask, uc, c_mask, idf)[0, 0]
+    cos_max = relevance_matching(word, q_mask, uc, c_mask, idf, scale=torch.tensor(10.0))[0, 0]
+    # the paper's premise ("an exact match will dominate"): true only once similarities are scaled cosines
+    assert dot_max < 0.2 < 0.9 < cos_max
+    no_match = relevance_matching(word, q_mask, others, c_mask[:, :39], idf, scale=torch.tensor(10.0))[0, 0]
+    assert no_match < 0.3  # without the word in the answer no position stands out
+
+
+def test_cosine_relevance_scale_is_learned_saved_and_padding_safe(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="jingpai.reranker.models.hcan"):
+        model = HcanReranker.build(TEXTS, tiny_config(rm_similarity="cosine", rm_scale=5.0), device="cpu")
+    assert "rm_similarity=cosine with oov_buckets=0" in caplog.text  # unknown words would all match each other
+    assert model.net.rm_log_scale.exp().item() == pytest.approx(5.0)
+    assert HcanReranker.build(TEXTS, tiny_config(), device="cpu").net.rm_log_scale is None  # dot: the paper's, no parameter
+    batch = model.featurize(PAIRS)  # includes an empty document: all-padding rows must not turn into NaN
+    loss = model.loss(batch, torch.tensor([1, 0, 1, 0]))
+    loss.backward()
+    assert torch.isfinite(loss) and model.net.rm_log_scale.grad is not None and model.net.rm_log_scale.grad.abs() > 0
+    model.net.eval()
+    loaded = Reranker.load(model.save(tmp_path / "cos"), device="cpu")
+    np.testing.assert_allclose(loaded.predict(PAIRS), model.predict(PAIRS), rtol=1e-6)
+    with pytest.raises(ValueError, match="HcanConfig.rm_similarity='l2'; expected one of dot, cosine"):
+        HcanConfig(rm_similarity="l2")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="HcanConfig.rm_scale=0.0; expected a positive start value for the cosine scale"):
+        HcanConfig(rm_similarity="cosine", rm_scale=0.0)
+
+
+def test_rm_sum_adds_each_layers_query_summed_relevance_features() -> None:
+    model = HcanReranker.build(TEXTS, tiny_config(use_semantic=False, rm_sum=True), device="cpu")
+    batch = model.featurize(PAIRS[:2])
+    n = model.config.max_query_words
+    with torch.no_grad():
+        features = model.net.features(batch)
+        q_layers = model.net.encode(batch["q_ids"], batch["q_mask"])
+        d_layers = model.net.encode(batch["d_ids"], batch["d_mask"])
+    assert features.shape[1] == len(q_layers) * (2 * n + 2) == model.net.mlp[1].in_features
+    first = relevance_matching(q_layers[0], batch["q_mask"], d_layers[0], batch["d_mask"], batch["q_idf"][:, 0])
+    assert_close(features[:, : 2 * n], first)
+    # the IDF-weighted overlap itself: summed max-pooled (then mean-pooled) matches over the query's words
+    assert_close(features[:, 2 * n], first[:, :n].sum(-1))
+    assert_close(features[:, 2 * n + 1], first[:, n:].sum(-1))
+
+
 def test_errors_name_the_bad_value() -> None:
     with pytest.raises(ValueError, match="HcanConfig.encoder='cnn'; expected one of deep, wide, bilstm"):
         HcanConfig(encoder="cnn")  # type: ignore[arg-type]

@@ -9,7 +9,8 @@ matchers run:
   per query position and weighted by that query phrase's IDF (computed from the training corpus and
   saved with the vocabulary): unigram IDF at the embedding layer, the IDF of the k-gram a CNN position
   covers at deeper layers (bigram IDF, averaged over the phrase's adjacent pairs for longer phrases);
-  the BiLSTM encoder keeps unigram weights;
+  the BiLSTM encoder keeps unigram weights; ``rm_similarity=cosine`` (not the paper's) replaces ``S`` by scaled
+  cosines (one learned scale), so that an exact match dominates the softmax as the paper assumes;
 * **semantic matching**: BiDAF-style co-attention ``A = w_qᵀU_q ⊕ w_cᵀU_c ⊕ U_q W_b U_cᵀ``,
   column softmax over the query axis, ``Ũ_q = Aᵀ U_q`` (one query summary per *document* position —
   the transpose the reference Keras code gets wrong), ``Ũ_c`` = document summary weighted by
@@ -31,6 +32,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -69,6 +71,13 @@ class HcanConfig(WordRerankerConfig):
             stable hash of the word, so the same unknown word in query and document matches itself and two
             different ones (almost always) do not; ``0``: every unknown word is ``[UNK]`` (how models saved before
             the option were built), which makes any two unknown words an exact match — at the largest IDF weight.
+        rm_similarity: relevance matching's ``S``: ``dot`` (the paper's ``U_q U_cᵀ``) or ``cosine`` — cosine times a
+            learned scale (started at ``rm_scale``), so a word matching itself scores exactly the largest value and,
+            at a scale of 10, takes almost all of the softmax over the document, which the paper assumes ("an exact
+            match will dominate"); with 100-d vectors of norm ≈ 0.9 the dot product leaves that softmax nearly flat.
+        rm_scale: the cosine scale's start value (``cosine`` only).
+        rm_sum: also give the MLP each layer's relevance features summed over the query (two numbers a layer) — the
+            IDF-weighted overlap itself, which per-position features make the MLP rebuild from few questions.
     """
 
     encoder: Encoder = "deep"
@@ -81,8 +90,15 @@ class HcanConfig(WordRerankerConfig):
     use_relevance: bool = True
     use_semantic: bool = True
     oov_buckets: int = 0
+    rm_similarity: Literal["dot", "cosine"] = "dot"
+    rm_scale: float = 10.0
+    rm_sum: bool = False
 
     def __post_init__(self) -> None:
+        if self.rm_similarity not in ("dot", "cosine"):
+            raise ValueError(f"HcanConfig.rm_similarity={self.rm_similarity!r}; expected one of dot, cosine")
+        if self.rm_scale <= 0:
+            raise ValueError(f"HcanConfig.rm_scale={self.rm_scale}; expected a positive start value for the cosine scale")
         if self.oov_buckets < 0:
             raise ValueError(f"HcanConfig.oov_buckets={self.oov_buckets}; expected 0 (off) or a positive bucket count")
         if self.encoder not in ENCODERS:
@@ -140,7 +156,13 @@ class CoAttention(nn.Module):
 
 
 def relevance_matching(
-    uq: torch.Tensor, q_mask: torch.Tensor, uc: torch.Tensor, c_mask: torch.Tensor, weights: torch.Tensor
+    uq: torch.Tensor,
+    q_mask: torch.Tensor,
+    uc: torch.Tensor,
+    c_mask: torch.Tensor,
+    weights: torch.Tensor,
+    *,
+    scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """IDF-weighted max/mean-pooled soft term matching of one layer → ``[B, 2n]``.
 
@@ -148,9 +170,16 @@ def relevance_matching(
         uq, uc: query ``[B, n, F]`` and document ``[B, m, F]`` representations.
         q_mask, c_mask: real (non-padding) positions.
         weights: ``[B, n]`` IDF of each query phrase (0 at padding).
+        scale: ``None``: dot products (the paper); else cosine similarities, multiplied by ``scale`` before the softmax.
     """
-    sim = uq @ uc.transpose(1, 2)  # [B, n, m]
-    norm = masked_softmax(sim, c_mask[:, None, :], dim=-1)
+    if scale is None:
+        sim = uq @ uc.transpose(1, 2)  # [B, n, m]
+        logits = sim
+    else:
+        # eps keeps all-zero padding rows at similarity 0 instead of NaN
+        sim = nn.functional.normalize(uq, dim=-1, eps=1e-6) @ nn.functional.normalize(uc, dim=-1, eps=1e-6).transpose(1, 2)
+        logits = sim * scale
+    norm = masked_softmax(logits, c_mask[:, None, :], dim=-1)
     max_pool = masked_max(norm, c_mask[:, None, :], dim=-1)
     mean_pool = masked_mean(sim.transpose(1, 2), c_mask, dim=1)  # raw similarities, see module doc
     w = weights * q_mask
@@ -179,10 +208,12 @@ class HcanNet(nn.Module):
             )
             self.pads = [0] * n
         dims = [emb_dim] + [f] * n
+        # learned in log space so it stays positive
+        self.rm_log_scale = nn.Parameter(torch.tensor(math.log(config.rm_scale))) if config.rm_similarity == "cosine" else None
         self.coattention = nn.ModuleList(CoAttention(d, config.hidden) for d in dims) if config.use_semantic else None
         features = 0
         if config.use_relevance:
-            features += len(dims) * 2 * config.max_query_words
+            features += len(dims) * 2 * (config.max_query_words + (1 if config.rm_sum else 0))
         if config.use_semantic:
             features += len(dims) * 2 * config.hidden
         self.mlp = nn.Sequential(
@@ -218,9 +249,13 @@ class HcanNet(nn.Module):
         q_layers = self.encode(batch["q_ids"], q_mask)
         d_layers = self.encode(batch["d_ids"], d_mask)
         rm, sm = [], []
+        scale = None if self.rm_log_scale is None else self.rm_log_scale.exp()
         for layer, (uq, uc) in enumerate(zip(q_layers, d_layers, strict=True)):
             if self.config.use_relevance:
-                rm.append(relevance_matching(uq, q_mask, uc, d_mask, batch["q_idf"][:, layer]))
+                rm.append(relevance_matching(uq, q_mask, uc, d_mask, batch["q_idf"][:, layer], scale=scale))
+                if self.config.rm_sum:
+                    n = q_mask.shape[1]
+                    rm.append(torch.stack([rm[-1][:, :n].sum(-1), rm[-1][:, n:].sum(-1)], dim=-1))
             if self.coattention is not None:
                 sm.append(self.coattention[layer](uq, q_mask, uc, d_mask))
         return torch.cat(rm + sm, dim=-1)
@@ -245,6 +280,9 @@ class HcanReranker(WordReranker):
     net: HcanNet
 
     def _build_net(self, embeddings: torch.Tensor, has_vector: torch.Tensor) -> nn.Module:
+        if self.config.rm_similarity == "cosine" and not self.config.oov_buckets:
+            logger.warning("hcan: rm_similarity=cosine with oov_buckets=0 — every unknown word is [UNK], so any two of them "
+                           "match exactly (cosine 1); set --config oov_buckets=1000")
         if self.config.oov_buckets:
             # the bucket rows start like the vocabulary's random rows (wordvocab.embedding_matrix: N(0, 0.1))
             generator = torch.Generator().manual_seed(self.config.seed)
