@@ -52,6 +52,8 @@ logger = logging.getLogger(__name__)
 
 Encoder = Literal["deep", "wide", "bilstm"]
 ENCODERS: tuple[str, ...] = ("deep", "wide", "bilstm")
+RmSimilarity = Literal["dot", "cosine"]
+RM_SIMILARITIES: tuple[str, ...] = ("dot", "cosine")
 
 
 @dataclass(frozen=True)
@@ -90,13 +92,13 @@ class HcanConfig(WordRerankerConfig):
     use_relevance: bool = True
     use_semantic: bool = True
     oov_buckets: int = 0
-    rm_similarity: Literal["dot", "cosine"] = "dot"
+    rm_similarity: RmSimilarity = "dot"
     rm_scale: float = 10.0
     rm_sum: bool = False
 
     def __post_init__(self) -> None:
-        if self.rm_similarity not in ("dot", "cosine"):
-            raise ValueError(f"HcanConfig.rm_similarity={self.rm_similarity!r}; expected one of dot, cosine")
+        if self.rm_similarity not in RM_SIMILARITIES:
+            raise ValueError(f"HcanConfig.rm_similarity={self.rm_similarity!r}; expected one of {', '.join(RM_SIMILARITIES)}")
         if self.rm_scale <= 0:
             raise ValueError(f"HcanConfig.rm_scale={self.rm_scale}; expected a positive start value for the cosine scale")
         if self.oov_buckets < 0:
@@ -172,14 +174,11 @@ def relevance_matching(
         weights: ``[B, n]`` IDF of each query phrase (0 at padding).
         scale: ``None``: dot products (the paper); else cosine similarities, multiplied by ``scale`` before the softmax.
     """
-    if scale is None:
-        sim = uq @ uc.transpose(1, 2)  # [B, n, m]
-        logits = sim
-    else:
+    if scale is not None:
         # eps keeps all-zero padding rows at similarity 0 instead of NaN
-        sim = nn.functional.normalize(uq, dim=-1, eps=1e-6) @ nn.functional.normalize(uc, dim=-1, eps=1e-6).transpose(1, 2)
-        logits = sim * scale
-    norm = masked_softmax(logits, c_mask[:, None, :], dim=-1)
+        uq, uc = nn.functional.normalize(uq, dim=-1, eps=1e-6), nn.functional.normalize(uc, dim=-1, eps=1e-6)
+    sim = uq @ uc.transpose(1, 2)  # [B, n, m]
+    norm = masked_softmax(sim if scale is None else sim * scale, c_mask[:, None, :], dim=-1)
     max_pool = masked_max(norm, c_mask[:, None, :], dim=-1)
     mean_pool = masked_mean(sim.transpose(1, 2), c_mask, dim=1)  # raw similarities, see module doc
     w = weights * q_mask
@@ -213,7 +212,7 @@ class HcanNet(nn.Module):
         self.coattention = nn.ModuleList(CoAttention(d, config.hidden) for d in dims) if config.use_semantic else None
         features = 0
         if config.use_relevance:
-            features += len(dims) * 2 * (config.max_query_words + (1 if config.rm_sum else 0))
+            features += len(dims) * 2 * (config.max_query_words + int(config.rm_sum))
         if config.use_semantic:
             features += len(dims) * 2 * config.hidden
         self.mlp = nn.Sequential(
@@ -254,8 +253,8 @@ class HcanNet(nn.Module):
             if self.config.use_relevance:
                 rm.append(relevance_matching(uq, q_mask, uc, d_mask, batch["q_idf"][:, layer], scale=scale))
                 if self.config.rm_sum:
-                    n = q_mask.shape[1]
-                    rm.append(torch.stack([rm[-1][:, :n].sum(-1), rm[-1][:, n:].sum(-1)], dim=-1))
+                    # [B, 2n] = max-pooled ⊕ mean-pooled per query position → their two sums
+                    rm.append(rm[-1].unflatten(-1, (2, -1)).sum(-1))
             if self.coattention is not None:
                 sm.append(self.coattention[layer](uq, q_mask, uc, d_mask))
         return torch.cat(rm + sm, dim=-1)
