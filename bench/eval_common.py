@@ -131,6 +131,23 @@ def mean_std(values: list[float]) -> dict[str, float]:
     return {"mean": float(arr.mean()), "std": float(arr.std()), "n": len(values)}
 
 
+#: engine weights tried for a linear fusion on a tuning set (1.0 — the model weighs nothing — is not reranking)
+TUNE_WEIGHTS = tuple(round(i / 10, 1) for i in range(10))
+
+
+def best_weight(curve: dict[float, float]) -> float:
+    """The engine weight with the highest metric among ``w < 1`` (the model must weigh something); ties go to
+    the larger model weight.
+
+    >>> best_weight({0.0: 0.2, 0.5: 0.3, 0.7: 0.3, 1.0: 0.9})
+    0.5
+    """
+    candidates = [w for w in curve if w < 1.0]
+    if not candidates:
+        raise ReportError(f"no engine weight below 1 to choose from: {sorted(curve)}")
+    return max(candidates, key=lambda w: (round(curve[w], 9), -w))
+
+
 def save_table(table: Table, results_dir: Path) -> Path:
     """Save ``table`` as JSON, merged into an earlier save of the same key: a row whose rerun command
     matches an earlier row replaces it, other earlier rows stay (so rerunning one row updates only that

@@ -29,14 +29,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.eval_common import ReportError, ReportSettings, Row, Table, base_meta, gateway, rerank_service, torch_device
+from bench.eval_common import TUNE_WEIGHTS, ReportError, ReportSettings, Row, Table, base_meta, best_weight, gateway, rerank_service, torch_device
 from bench.eval_models import get_model
 
 logger = logging.getLogger(__name__)
 
 YEARS = ("2011", "2012")
-#: engine weights tried for the linear fusion (w < 1: the model always weighs something)
-TUNE_WEIGHTS = tuple(round(i / 10, 1) for i in range(10))
 PAPER = ("Paper (HCAN, Table 3) reports TREC Microblog 2013-2014, not the 2011/2012 sets shared here, so no number is "
          "directly comparable: HCAN MAP 0.2920 / P@30 0.5328 (2013) and 0.4365 / 0.6485 (2014); BERT (Yang et al.) 0.3357 / 0.5656 "
          "and 0.5176 / 0.7006. Ours: the provided query-likelihood run (as the paper) and a BM25 first stage over the pooled tweets "
@@ -126,19 +124,6 @@ def rerank_run(model, ranked: dict[str, list[tuple[str, float]]], queries: dict[
     from jingpai.reranker.fusion import FusionSpec
 
     return fuse_run(score_run(model, ranked, queries, tweets, depth=depth), FusionSpec(mode="replace"))
-
-
-def best_weight(curve: dict[float, float]) -> float:
-    """The engine weight with the highest MAP among ``w < 1`` (the model must weigh something); ties go to
-    the larger model weight.
-
-    >>> best_weight({0.0: 0.2, 0.5: 0.3, 0.7: 0.3, 1.0: 0.9})
-    0.5
-    """
-    candidates = [w for w in curve if w < 1.0]
-    if not candidates:
-        raise ReportError(f"no engine weight below 1 to choose from: {sorted(curve)}")
-    return max(candidates, key=lambda w: (round(curve[w], 9), -w))
 
 
 @dataclass

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.eval_common import (
-    AUGMENTED_BM25, RAW_BM25, ZH_BQ_DICTIONARY_SOURCES, ZH_DICTIONARY_SOURCES, ReportError, ReportSettings, Row, Table, base_meta, class_balance_note, data_path,
+    AUGMENTED_BM25, RAW_BM25, TUNE_WEIGHTS, ZH_BQ_DICTIONARY_SOURCES, ZH_DICTIONARY_SOURCES, ReportError, ReportSettings, Row, Table, base_meta, class_balance_note, data_path,
     gateway, rerank_service, save_table, torch_device, zh_bq_dictionary, zh_dictionary,
 )
 from bench.eval_models import RECIPES, get_model
@@ -68,8 +68,6 @@ FULL_RERANKERS = ("zh-use-zeroshot", "zh-use-bi", "zh-use-kw", "zh-hcan", "zh-us
                   "zh-lcqmc-hcan", "zh-lcqmc-iasm", "zh-lcqmc-cosine-hcan")
 QUICK_RERANKERS = ("zh-use-bi",)
 WINDOW = 20
-#: engine weights tried for linear fusion on the tuning set (1.0 — the model weighs nothing — is not reranking)
-TUNE_WEIGHTS = tuple(round(i / 10, 1) for i in range(10))
 PAPER = ("Paper (keyword-attentive BERT, Table 3, their finance QA test set; no rerank row): BM25 baseline P@1/3/5/10 "
          "77.4 / 85.1 / 89.3 / 91.1 %, keyword-enhanced 78.9 / 87.4 / 93.4 / 95.7 %. Our reranker is trained from scratch "
          "(no Chinese pretrained BERT here; the USE models start from USE-multilingual v3).")

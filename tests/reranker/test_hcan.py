@@ -239,6 +239,26 @@ def test_rm_sum_adds_each_layers_query_summed_relevance_features() -> None:
     assert_close(features[:, 2 * n + 1], first[:, n:].sum(-1))
 
 
+def test_listwise_weight_adds_the_in_window_loss_of_each_query() -> None:
+    """The pairs sharing a query's words are one window: the loss grows by w × the in-window loss of the margins."""
+    from jingpai.reranker.losses import in_window_loss
+
+    plain = HcanReranker.build(TEXTS, tiny_config(), device="cpu")
+    listwise = HcanReranker.build(TEXTS, tiny_config(listwise_weight=0.5), device="cpu")
+    listwise.net.load_state_dict(plain.net.state_dict())
+    plain.net.eval()
+    listwise.net.eval()
+    pairs = [("信用卡怎么还款", d) for d in ("信用卡还款的方式有哪些", "今天的天气怎么样", "如何提升信用卡额度")] + [PAIRS[2], ("what is the gdp of china", "how do i repay")]
+    batch, labels = listwise.featurize(pairs), torch.tensor([1, 0, 0, 1, 0])
+    with torch.no_grad():
+        logits = plain.logits(batch)
+        window = in_window_loss(logits[:, 1] - logits[:, 0], labels.float(), torch.tensor([0, 0, 0, 1, 1]))
+        assert window > 0
+        assert_close(listwise.loss(batch, labels), plain.loss(batch, labels) + 0.5 * window)
+    with pytest.raises(ValueError, match="HcanConfig.listwise_weight=-1; expected 0 \\(off\\) or a positive weight"):
+        HcanConfig(listwise_weight=-1)
+
+
 def test_errors_name_the_bad_value() -> None:
     with pytest.raises(ValueError, match="HcanConfig.encoder='cnn'; expected one of deep, wide, bilstm"):
         HcanConfig(encoder="cnn")  # type: ignore[arg-type]

@@ -44,6 +44,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from jingpai.reranker.base import Pair
+from jingpai.reranker.losses import in_window_loss
 from jingpai.reranker.masking import masked_max, masked_mean, masked_softmax
 from jingpai.reranker.word_reranker import WordReranker, WordRerankerConfig
 from jingpai.reranker.wordvocab import UNK_ID, pad_ids
@@ -80,6 +81,9 @@ class HcanConfig(WordRerankerConfig):
         rm_scale: the cosine scale's start value (``cosine`` only).
         rm_sum: also give the MLP each layer's relevance features summed over the query (two numbers a layer) — the
             IDF-weighted overlap itself, which per-position features make the MLP rebuild from few questions.
+        listwise_weight: weight of the in-window loss (:func:`~jingpai.reranker.losses.in_window_loss`) on the
+            relevance logit margin, next to the pair cross-entropy: the pairs of a batch with the same query words
+            form that query's window (train with ``--batching queries``).
     """
 
     encoder: Encoder = "deep"
@@ -95,8 +99,11 @@ class HcanConfig(WordRerankerConfig):
     rm_similarity: RmSimilarity = "dot"
     rm_scale: float = 10.0
     rm_sum: bool = False
+    listwise_weight: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.listwise_weight < 0:
+            raise ValueError(f"HcanConfig.listwise_weight={self.listwise_weight}; expected 0 (off) or a positive weight")
         if self.rm_similarity not in RM_SIMILARITIES:
             raise ValueError(f"HcanConfig.rm_similarity={self.rm_similarity!r}; expected one of {', '.join(RM_SIMILARITIES)}")
         if self.rm_scale <= 0:
@@ -328,7 +335,7 @@ class HcanReranker(WordReranker):
         return torch.softmax(self.logits(batch).float(), dim=-1)[:, 1]
 
     def loss(self, batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
-        """Cross entropy over {0: not relevant, 1: relevant}.
+        """Cross entropy over {0: not relevant, 1: relevant}, plus ``listwise_weight`` × the in-window loss.
 
         Raises:
             ValueError: a label is not 0 or 1.
@@ -337,7 +344,13 @@ class HcanReranker(WordReranker):
         bad = labels[(labels < 0) | (labels > 1)]
         if bad.numel():
             raise ValueError(f"HCAN labels must be 0 or 1, got {sorted(set(bad.tolist()))}")
-        return nn.functional.cross_entropy(self.logits(batch).float(), labels)
+        logits = self.logits(batch).float()
+        loss = nn.functional.cross_entropy(logits, labels)
+        if self.config.listwise_weight > 0:
+            # a pair's query is its padded word ids: equal rows are one query's window
+            groups = torch.unique(batch["q_ids"].to(self.device), dim=0, return_inverse=True)[1]
+            loss = loss + self.config.listwise_weight * in_window_loss(logits[:, 1] - logits[:, 0], labels.float(), groups)
+        return loss
 
 
 __all__ = ["HcanConfig", "HcanNet", "HcanReranker", "phrase_windows", "relevance_matching"]
