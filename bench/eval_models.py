@@ -321,6 +321,17 @@ RECIPES["zh-lcqmc-hcan"] = Recipe(
 # (issue 31); no LCQMC split chose it
 _HCAN_ZH_COS = {**_HCAN_ZH, "rm_similarity": "cosine", "oov_buckets": 1000}
 RECIPES["zh-lcqmc-cosine-hcan"] = replace(RECIPES["zh-lcqmc-hcan"], config=_HCAN_ZH_COS, command=_lcqmc_word_command("hcan", _HCAN_ZH_COS, 15))
+# the cosine hcan trained on from its weights on LCQMC train's engine-mined windows (issue 31 item 4, as zh-esim-win for
+# zh-esim): the labelled pairs plus the windows of 24,000 training queries, whole queries per batch, the in-window
+# softmax added to the pair loss, selected on P@1 over the held-out queries' windows; a quarter of the learning rate
+_HCAN_WIN = {"listwise_weight": 1.0}
+RECIPES["zh-lcqmc-win-hcan"] = Recipe(
+    "hcan", ZH_LCQMC, None, holdout=0.02, windows=ZH_WINDOWS[:1], init_embeddings="use", config=_HCAN_WIN, init_from="zh-lcqmc-cosine-hcan",
+    train_settings={**_LCQMC_WORD, "epochs": 1, "batching": "queries", "lr": 2.5e-4, "eval_every": 300, "metric": "P@1", "max_minutes": 15.0},
+    quick_settings=QUICK_WORD,
+    command="jingpai train --model hcan --init-from ZH_LCQMC_COSINE_HCAN_MODEL --train ../shared/data/zh/lcqmc/train.tsv --train lcqmc_windows.tsv "
+            "--label-mode binary --dev HELD_OUT_PAIRS --batching queries --batch-size 128 --epochs 1 --eval-every 300 --metric P@1 --patience 3 "
+            "--lr 2.5e-4 --weight-decay 0 --config listwise_weight=1.0 --max-minutes 15")
 RECIPES["zh-lcqmc-iasm"] = Recipe(
     "iasm", ZH_LCQMC, None, holdout=0.02, init_embeddings="use", config=_IASM_ZH, train_settings={**_LCQMC_WORD, "max_minutes": 8.0},
     quick_settings=QUICK_WORD,

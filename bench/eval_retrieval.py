@@ -65,7 +65,7 @@ UNJUDGED_COLUMN = "unjudged@1"
 #: training mix) and zh-hcan (from scratch, random word vectors), each reranking the top WINDOW through the gateway
 FULL_RERANKERS = ("zh-use-zeroshot", "zh-use-bi", "zh-use-kw", "zh-hcan", "zh-use-rank", "zh-use-winbi", "zh-use-winkw", "zh-gpu-bi", "zh-gpu-kw",
                   "zh-gpu-pkw", "zh-gpu-pwkw", "zh-gpu-emb", "zh-esim", "zh-esim-win",
-                  "zh-lcqmc-hcan", "zh-lcqmc-iasm", "zh-lcqmc-cosine-hcan")
+                  "zh-lcqmc-hcan", "zh-lcqmc-iasm", "zh-lcqmc-cosine-hcan", "zh-lcqmc-win-hcan")
 QUICK_RERANKERS = ("zh-use-bi",)
 WINDOW = 20
 PAPER = ("Paper (keyword-attentive BERT, Table 3, their finance QA test set; no rerank row): BM25 baseline P@1/3/5/10 "
