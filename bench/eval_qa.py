@@ -1,5 +1,6 @@
 """Section 3 — answer selection (HCAN Table 2 / BERTCA Table 2): TrecQA raw-test and WikiQA dev MAP/MRR
-for every model that fits the task, each trained on the set's own training split, mean ± std over seeds."""
+for every model that fits the task, each trained on the set's own training split, mean ± std over seeds;
+beside them BM25 over the candidates and each model fused with it as the gateway fuses (bench/qa_fusion.py)."""
 
 from __future__ import annotations
 
