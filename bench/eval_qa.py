@@ -70,17 +70,14 @@ def run(settings: ReportSettings) -> list[Table]:
     return tables
 
 
-def _fused(model, dev: list, dev_engine, test: list, engine, scores) -> tuple[float, dict]:
-    """The engine weight chosen on ``dev`` (the recipe's selection split) and the fused ranking metrics on ``test``
-    at that weight, with a note giving the whole MAP-by-weight curve on ``dev``."""
+def _fused(model, dev: list, dev_engine, test: list, engine, scores) -> tuple[float, dict[float, float], dict[str, float]]:
+    """The engine weight chosen on ``dev`` (the recipe's selection split), the MAP-by-weight curve on ``dev`` that
+    chose it, and the fused ranking metrics on ``test`` at that weight."""
     from jingpai.reranker.evaluate import evaluate_scores
 
     curve = weight_curve(dev, dev_engine, model.predict([(p.query, p.document) for p in dev], batch_size=64))
     weight = best_weight(curve)
-    metrics: dict = evaluate_scores(test, fuse_by_query(test, engine, scores, weight=weight))
-    metrics["note"] = ("engine weight w chosen on the selection split (MAP by w: " + ", ".join(f"{w:g}: {v:.4f}" for w, v in curve.items())
-                       + f"); chosen w = {weight:g}")
-    return weight, metrics
+    return weight, curve, evaluate_scores(test, fuse_by_query(test, engine, scores, weight=weight))
 
 
 def _arch_rows(settings: ReportSettings, table: Table, name: str, arch: str, test: list, engine, device: str) -> None:
@@ -118,11 +115,12 @@ def _arch_rows(settings: ReportSettings, table: Table, name: str, arch: str, tes
             if note and alone:
                 table.notes.append(note)
             if fused:
-                weight, f = _fused(model, dev, dev_engine, test, engine, scores)
+                weight, curve, f = _fused(model, dev, dev_engine, test, engine, scores)
                 weights.append(weight)
                 for k in RANKING:
                     fused_metrics[k].append(f[k])
-                table.notes.append(f"{arch} + BM25 seed {seed}: {f['note']}")
+                table.notes.append(f"{arch} + BM25 seed {seed}: engine weight w chosen on the selection split (MAP by w: "
+                                   + ", ".join(f"{w:g}: {v:.4f}" for w, v in curve.items()) + f"); chosen w = {weight:g}")
             del model
     except (ReportError, ValueError, RuntimeError) as exc:
         logger.exception("row %s failed", row_id)
