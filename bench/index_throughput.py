@@ -60,10 +60,11 @@ def corpus(repeat: int, out: Path) -> int:
     return len(rows)
 
 
-def _raw_bulk(engine, index: str, docs: list[dict], batch_size: int, *, mappings: dict | None = None) -> float:
+def _raw_bulk(engine, index: str, docs: list[dict], batch_size: int, *, mappings: dict | None = None,
+              settings: dict | None = None) -> float:
     t0 = time.perf_counter()
     if mappings is not None:
-        engine.create_index(index, mappings=mappings)
+        engine.create_index(index, mappings=mappings, settings=settings)
     for ok, item in engine.bulk(({"_index": index, "_id": d["id"], "_source": d} for d in docs), chunk_size=batch_size):
         assert ok, item
     engine.refresh(index)

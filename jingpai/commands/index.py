@@ -72,6 +72,11 @@ RUN_OPTIONS: dict[str, Opt] = {
                         "(OpenSearch needs `jingpai engine up --plugins knn`; not with --spark yet)."),
     "vector_chunking": Opt(help="With --vectors, text longer than the model's window: embed its first window, "
                                 "or the mean of its windows."),
+    "vector_index": Opt(help="With --vectors, how the engine indexes them: an HNSW graph, or flat (no graph: faster "
+                             "indexing, exact kNN search over every vector; for up to about 100k documents)."),
+    "reuse_vectors": Opt(flag="--no-reuse-vectors", negate=True,
+                         help="With --vectors, embed every document, even those whose text and vector the live index "
+                              "already holds from the same model (by default their vectors are read back)."),
 }
 
 
@@ -173,7 +178,8 @@ def status(name: str, engine_url: str) -> None:
         raise click.ClickException(f"no jingpai index versions named {name}-<dict>-<n> at {engine_url}")
     for v in versions:
         marker = "*" if v.aliased else " "
-        vectors = f"  vectors {v.vector_model} ({v.vector_dims}-d)" if v.vector_model else ""
+        flat = ", flat" if v.vector_index == "flat" else ""
+        vectors = f"  vectors {v.vector_model} ({v.vector_dims}-d{flat})" if v.vector_model else ""
         click.echo(f"{marker} {v.name:<40} dict {v.dict_version:<13} docs {v.docs}{vectors}")
 
 

@@ -34,6 +34,10 @@ class EngineConnectionError(UnavailableError, RuntimeError):
     """No Elasticsearch/OpenSearch answered at the given URL."""
 
 
+class DocumentReadError(UnavailableError, RuntimeError):
+    """The engine answered a multi-get with an error for a document (e.g. the index does not exist)."""
+
+
 @dataclass(frozen=True)
 class EngineInfo:
     kind: EngineKind
@@ -266,18 +270,19 @@ class Engine:
         if problem is not None:
             raise vectors.VectorsUnsupportedError(f"{self.kind} {self.version} at {self.url}: {problem}")
 
-    def vector_mapping(self, dims: int) -> dict:
-        """The mapping of a vector field of ``dims`` dimensions holding unit-length vectors, HNSW-indexed
-        and int8-quantised: ``dense_vector`` (Elasticsearch) or ``knn_vector`` (OpenSearch)."""
-        return vectors.field_mapping(self.kind, dims)
+    def vector_mapping(self, dims: int, *, index: vectors.VectorIndex = "hnsw") -> dict:
+        """The mapping of a vector field of ``dims`` dimensions holding unit-length vectors, int8-quantised and
+        HNSW-indexed (``index="flat"``: no graph, exact search): ``dense_vector`` (Elasticsearch) or ``knn_vector``
+        (OpenSearch)."""
+        return vectors.field_mapping(self.kind, dims, index=index)
 
-    def vector_index_settings(self) -> dict:
-        """Settings an index with a vector field needs at creation (OpenSearch: ``index.knn``; else none)."""
-        return vectors.index_settings(self.kind)
+    def vector_index_settings(self, *, index: vectors.VectorIndex = "hnsw") -> dict:
+        """Settings an index with a vector field needs at creation (OpenSearch with HNSW: ``index.knn``; else none)."""
+        return vectors.index_settings(self.kind, index=index)
 
     def knn_search(
         self, index: str, vector: Sequence[float], *, field: str, k: int = 10, num_candidates: int = 100,
-        filter: dict | None = None,
+        filter: dict | None = None, vector_index: vectors.VectorIndex = "hnsw",
     ) -> dict:
         """The ``k`` documents whose ``field`` vectors are nearest to ``vector``, as :meth:`search` returns them.
 
@@ -288,12 +293,14 @@ class Engine:
             k: hits returned.
             num_candidates: HNSW candidates examined per shard (>= ``k``; more: better recall, slower).
             filter: a query the hits must match, applied during the graph search.
+            vector_index: how the field is indexed (``IndexMeta.vector_index``): ``flat`` fields are searched exactly.
 
         Returns:
             The search response: ``hits.hits`` best first, ``_score`` = ``(1 + cosine) / 2`` on both engines,
             ``_source`` without the vector field.
         """
-        body = vectors.knn_body(self.kind, [float(x) for x in vector], field=field, k=k, num_candidates=num_candidates, filter=filter)
+        body = vectors.knn_body(self.kind, [float(x) for x in vector], field=field, k=k, num_candidates=num_candidates, filter=filter,
+                                index=vector_index)
         return self.search(index, body)
 
     def search(self, index: str, body: dict, **params: Any) -> dict:
@@ -301,6 +308,27 @@ class Engine:
         if self.kind == "elasticsearch":
             return dict(self.raw.search(index=index, body=body, **params))
         return dict(self.raw.search(index=index, body=body, params=params or None))
+
+    def get_sources(self, index: str, ids: Sequence[str], *, fields: Sequence[str]) -> dict[str, dict]:
+        """``{id: _source limited to fields}`` of the documents of ``ids`` that ``index`` holds (one ``_mget``);
+        ids it does not hold are absent.
+
+        Raises:
+            DocumentReadError: the engine answered with an error for a document (a missing index, a failed shard).
+        """
+        docs = [{"_id": doc_id, "_source": list(fields)} for doc_id in ids]
+        if not docs:
+            return {}
+        if self.kind == "elasticsearch":
+            resp = self.raw.mget(index=index, docs=docs)
+        else:
+            resp = self.raw.mget(index=index, body={"docs": docs})
+        failed = next((d for d in resp["docs"] if d.get("error")), None)
+        if failed is not None:
+            error = failed["error"]
+            reason = error.get("reason", error) if isinstance(error, dict) else error
+            raise DocumentReadError(f"{self.kind} could not read document {failed['_id']!r} of {index}: {reason}")
+        return {d["_id"]: d.get("_source") or {} for d in resp["docs"] if d.get("found")}
 
     def scan(
         self,
@@ -342,4 +370,4 @@ def connect(url: str, *, timeout_s: float = 30.0, headers: dict[str, str] | None
     return Engine(info, timeout_s=timeout_s, headers=headers)
 
 
-__all__ = ["DEFAULT_ENGINE_URL", "Engine", "EngineConnectionError", "EngineInfo", "EngineKind", "connect", "detect"]
+__all__ = ["DEFAULT_ENGINE_URL", "DocumentReadError", "Engine", "EngineConnectionError", "EngineInfo", "EngineKind", "connect", "detect"]

@@ -12,6 +12,9 @@ field          ``dense_vector``, ``index: true``,                ``knn_vector``,
 index setting  none                                              ``index.knn: true``
 query          top-level ``knn`` (``k``, ``num_candidates``)     ``query.knn.<field>`` (``k``, ``ef_search``)
 score          ``(1 + cos) / 2``                                 ``(1 + cos) / 2`` (Lucene's cosine)
+``flat``       ``index_options.type: int8_flat``, same query     ``knn_vector`` without a method, no ``index.knn``;
+               (exact: every vector compared)                    ``script_score`` with the plugin's
+                                                                 ``cosineSimilarity``, ``(1 + cos) / 2``
 ============== ================================================= =====================================================
 
 Why these choices:
@@ -24,6 +27,10 @@ Why these choices:
   native libraries, and a ``faiss`` field kills the node at its first write (``UnsatisfiedLinkError: no
   opensearchknn_faiss_avx2 in java.library.path``; see docs/engines.md). ``cosinesimil`` gives the same score
   scale as Elasticsearch, so a fusion weight tuned on one engine holds on the other.
+- ``flat`` (``jingpai index --vector-index flat``) builds no graph: indexing skips the HNSW build, which on a small
+  machine costs the engine several times the text-only work, and every kNN search compares the query with every
+  vector (exact, no recall lost). For the question and FAQ collections jingpai serves (thousands to ~100k
+  documents) that search stays in milliseconds; past that, HNSW.
 """
 
 from __future__ import annotations
@@ -34,6 +41,9 @@ from typing import Any, Literal
 from jingpai.errors import UnavailableError, UserError
 
 EngineKind = Literal["opensearch", "elasticsearch"]
+#: how a vector field is indexed: an HNSW graph (approximate search) or none (``flat``: exact search)
+VectorIndex = Literal["hnsw", "flat"]
+VECTOR_INDEXES: tuple[VectorIndex, ...] = ("hnsw", "flat")
 
 #: the name the OpenSearch node lists its k-NN plugin under (``GET _nodes/_local/plugins``)
 KNN_PLUGIN = "opensearch-knn"
@@ -69,17 +79,22 @@ def missing_support(kind: EngineKind, plugins: set[str]) -> str | None:
     return None
 
 
-def field_mapping(kind: EngineKind, dims: int) -> dict[str, Any]:
-    """The mapping of a vector field of ``dims`` dimensions holding unit-length vectors."""
+def check_index(index: str) -> None:
+    """Raise :class:`VectorSettingError` unless ``index`` is one of :data:`VECTOR_INDEXES`."""
+    if index not in VECTOR_INDEXES:
+        raise VectorSettingError(f"unknown vector index {index!r}; expected one of {', '.join(VECTOR_INDEXES)}")
+
+
+def field_mapping(kind: EngineKind, dims: int, *, index: VectorIndex = "hnsw") -> dict[str, Any]:
+    """The mapping of a vector field of ``dims`` dimensions holding unit-length vectors, indexed as ``index``."""
     check_dims(dims)
+    check_index(index)
     if kind == "elasticsearch":
-        return {
-            "type": "dense_vector",
-            "dims": dims,
-            "index": True,
-            "similarity": "dot_product",
-            "index_options": {"type": "int8_hnsw", "m": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION},
-        }
+        options = {"type": "int8_flat"} if index == "flat" else {"type": "int8_hnsw", "m": HNSW_M, "ef_construction": HNSW_EF_CONSTRUCTION}
+        return {"type": "dense_vector", "dims": dims, "index": True, "similarity": "dot_product", "index_options": options}
+    if index == "flat":
+        # no method: OpenSearch then builds no graph, and refuses one anyway in an index without index.knn
+        return {"type": "knn_vector", "dimension": dims}
     return {
         "type": "knn_vector",
         "dimension": dims,
@@ -92,9 +107,10 @@ def field_mapping(kind: EngineKind, dims: int) -> dict[str, Any]:
     }
 
 
-def index_settings(kind: EngineKind) -> dict[str, Any]:
-    """Index settings a physical index with a vector field needs at creation."""
-    return {"index.knn": True} if kind == "opensearch" else {}
+def index_settings(kind: EngineKind, *, index: VectorIndex = "hnsw") -> dict[str, Any]:
+    """Index settings a physical index with a vector field indexed as ``index`` needs at creation."""
+    check_index(index)
+    return {"index.knn": True} if kind == "opensearch" and index == "hnsw" else {}
 
 
 def unit(vector: list[float]) -> list[float]:
@@ -107,6 +123,7 @@ def unit(vector: list[float]) -> list[float]:
 
 def knn_body(
     kind: EngineKind, vector: list[float], *, field: str, k: int, num_candidates: int, filter: dict | None = None,
+    index: VectorIndex = "hnsw",
 ) -> dict[str, Any]:
     """The search body of a kNN search for the ``k`` nearest documents to ``vector`` in ``field``.
 
@@ -117,11 +134,20 @@ def knn_body(
     ``ef_search``); ``filter`` is a query both engines apply during the graph search (not after it), so a
     filtered search still returns ``k`` hits when ``k`` documents match. The vector field is left out of
     ``_source``: a hit carries the document, not its 512 floats.
+
+    ``index`` is how the field was indexed: on a ``flat`` field Elasticsearch runs the same ``knn`` exactly, while
+    OpenSearch has no graph to search and scores every (filtered) document with a ``script_score`` instead.
     """
     if k < 1 or num_candidates < k:
         raise VectorSettingError(f"a kNN search needs 1 <= k <= num_candidates; got k={k}, num_candidates={num_candidates}")
+    check_index(index)
     vector = unit(vector)
     source = {"excludes": [field]}
+    if kind == "opensearch" and index == "flat":
+        # the k-NN plugin's painless cosineSimilarity gives the cosine; (1 + cos) / 2 is the scale of the HNSW field
+        script = {"source": "(1.0 + cosineSimilarity(params.query_value, doc[params.field])) / 2",
+                  "params": {"field": field, "query_value": vector}}
+        return {"query": {"script_score": {"query": filter or {"match_all": {}}, "script": script}}, "size": k, "_source": source}
     if kind == "elasticsearch":
         knn: dict[str, Any] = {"field": field, "query_vector": vector, "k": k, "num_candidates": num_candidates}
         if filter is not None:
@@ -136,9 +162,12 @@ def knn_body(
 __all__ = [
     "KNN_PLUGIN",
     "MAX_DIMS",
+    "VECTOR_INDEXES",
+    "VectorIndex",
     "VectorSettingError",
     "VectorsUnsupportedError",
     "check_dims",
+    "check_index",
     "field_mapping",
     "index_settings",
     "knn_body",

@@ -31,6 +31,7 @@ from typing import Literal
 
 from jingpai import __version__
 from jingpai.engine.client import Engine
+from jingpai.engine.vectors import VectorIndex
 from jingpai.errors import UserError
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,9 @@ class IndexMeta:
     vector_model_path: str | None = None
     vector_dims: int | None = None
     vector_chunking: str | None = None
+    #: how the engine indexes them (``hnsw`` / ``flat``); ``None`` without vectors, and in indices built before it was
+    #: recorded (which are all HNSW)
+    vector_index: VectorIndex | None = None
 
     def __post_init__(self) -> None:
         if not self.seg_fields:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jingpai.engine.client import Engine
+from jingpai.engine.vectors import VectorIndex
 from jingpai.errors import UserError
 from jingpai.indexer.bulk import BulkWriter, EngineRefusedError, EngineUnreachableError, IndexingError, Origin, batches
 from jingpai.indexer.checks import REFUSAL_TYPES, alias_state, check_build, is_refusal
@@ -32,6 +33,7 @@ from jingpai.indexer.quarantine import Quarantine
 from jingpai.indexer.readers import BadRecord, SourceRecord, read_corpus
 from jingpai.indexer.report import IndexReport
 from jingpai.indexer.settings import IndexSettings
+from jingpai.indexer.vector_reuse import LiveVectors, embed_batch
 from jingpai.indexer.vectors import DocumentVectors, Embedder, embedding_text, with_vectors
 from jingpai.indexer.versions import choose_physical_index
 
@@ -76,9 +78,10 @@ class Target:
         return self.exists and self.physical in self.live_before
 
     @classmethod
-    def choose(cls, engine: Engine, settings: IndexSettings, dict_version: str | None, *, vector_model: str | None = None) -> Target:
+    def choose(cls, engine: Engine, settings: IndexSettings, dict_version: str | None, *, vector_model: str | None = None,
+               vector_index: str | None = None) -> Target:
         physical, exists = choose_physical_index(
-            engine, settings.index, dict_version, rebuild=settings.rebuild, vector_model=vector_model,
+            engine, settings.index, dict_version, rebuild=settings.rebuild, vector_model=vector_model, vector_index=vector_index,
         )
         live_before = engine.alias_targets(settings.index)
         live_meta: IndexMeta | None = None
@@ -134,7 +137,7 @@ def index_corpus(
     _check_sources(paths, settings)
     dict_version = dictionary.version if dictionary is not None else None
     meta, target, quarantine, report = open_run(engine, settings, dict_version, embedder=embedder)
-    vectors = None if embedder is None else DocumentVectors(embedder, chunking=settings.vector_chunking)
+    vectors = _vector_sources(engine, embedder, target, meta, settings)
     try:
         with BulkWriter(engine, target.physical, settings, quarantine=quarantine, report=report,
                         live_before=target.live_before, on_progress=on_progress) as writer:
@@ -169,12 +172,22 @@ def open_run(
     )
     if embedder is not None:
         engine.check_vectors()
-        meta = with_vectors(meta, embedder, settings.vector_chunking)
-    target = Target.choose(engine, settings, dict_version, vector_model=meta.vector_model)
+        meta = with_vectors(meta, embedder, settings.vector_chunking, settings.vector_index)
+    target = Target.choose(engine, settings, dict_version, vector_model=meta.vector_model, vector_index=meta.vector_index)
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
     quarantine = Quarantine(Path(settings.quarantine_dir) / f"{settings.index}.rejected.jsonl", run_id=run_id)
     report = IndexReport(alias=settings.index, physical_index=target.physical, quarantine_file=quarantine.path, run_id=run_id)
     return meta, target, quarantine, report
+
+
+def _vector_sources(
+    engine: Engine, embedder: Embedder | None, target: Target, meta: IndexMeta, settings: IndexSettings,
+) -> tuple[DocumentVectors | None, LiveVectors | None]:
+    """The run's model and the live index whose vectors of unchanged documents it reuses (each ``None`` when absent)."""
+    if embedder is None:
+        return None, None
+    return (DocumentVectors(embedder, chunking=settings.vector_chunking),
+            LiveVectors.choose(engine, target.live_before, target.live_meta, meta, enabled=settings.reuse_vectors))
 
 
 def _check_sources(paths: Sequence[str | Path], settings: IndexSettings) -> None:
@@ -196,10 +209,11 @@ def _prepare_index(engine: Engine, target: Target, meta: IndexMeta, settings: In
     """Create the physical index unless it exists; apply :data:`BUILD_SETTINGS` to one that is not live.
     Returns the settings to restore after the build (``None``: nothing to restore)."""
     if not target.exists:
-        vector_mapping = engine.vector_mapping(meta.vector_dims) if meta.vector_dims is not None else None
+        index: VectorIndex = meta.vector_index or "hnsw"
+        vector_mapping = engine.vector_mapping(meta.vector_dims, index=index) if meta.vector_dims is not None else None
         engine.create_index(
             target.physical, mappings=build_mapping(meta, vector_mapping=vector_mapping),
-            settings=engine.vector_index_settings() if vector_mapping is not None else None,
+            settings=engine.vector_index_settings(index=index) if vector_mapping is not None else None,
         )
         logger.info("created physical index %s", target.physical)
     else:
@@ -211,11 +225,13 @@ def _prepare_index(engine: Engine, target: Target, meta: IndexMeta, settings: In
 
 def _documents(
     paths: Sequence[str | Path], settings: IndexSettings, builder: DocumentBuilder, quarantine: Quarantine,
-    report: IndexReport, physical: str, vectors: DocumentVectors | None = None,
+    report: IndexReport, physical: str, vectors: tuple[DocumentVectors | None, LiveVectors | None] = (None, None),
 ) -> Iterator[tuple[Origin, dict]]:
-    """``(origin, bulk action)`` of every record that makes a document; the others are quarantined."""
+    """``(origin, bulk action)`` of every record that makes a document; the others are quarantined.
+    ``vectors``: the model's vectors and the live index to read unchanged ones back from (both optional)."""
     for path in paths:
-        for rec, vector in _with_vectors(_good_records(path, settings, quarantine, report), settings, vectors):
+        records = _good_records(path, settings, quarantine, report)
+        for rec, vector in _with_vectors(records, settings, vectors, doc_id=_id_or_none(builder), report=report):
             try:
                 doc_id, source = builder.build_json(rec.fields, record_bytes=rec.size, vector=vector)
             except Rejection as exc:
@@ -235,23 +251,43 @@ def _good_records(path: str | Path, settings: IndexSettings, quarantine: Quarant
         yield rec
 
 
+def _id_or_none(builder: DocumentBuilder) -> Callable[[dict], str | None]:
+    def doc_id(fields: dict) -> str | None:
+        try:
+            return builder.doc_id(fields)
+        except Rejection:  # quarantined when its document is built
+            return None
+
+    return doc_id
+
+
 def _with_vectors(
-    records: Iterator[SourceRecord], settings: IndexSettings, vectors: DocumentVectors | None,
+    records: Iterator[SourceRecord], settings: IndexSettings, vectors: tuple[DocumentVectors | None, LiveVectors | None],
+    *, doc_id: Callable[[dict], str | None], report: IndexReport,
 ) -> Iterator[tuple[SourceRecord, list[float] | None]]:
-    """Each record with its vector (``None`` without vectors), embedded a bulk batch at a time.
+    """Each record with its vector (``None`` without vectors), a bulk batch at a time: read back from the live index
+    where it holds the document's unchanged text (:mod:`~jingpai.indexer.vector_reuse`), else embedded.
 
     The model embeds the next batch on its own thread while this one's documents are built (segmentation, keywords)
     and the bulk requests of the previous ones are in flight: torch leaves the GIL while it computes, so the
     encoder and the segmenter overlap instead of taking turns. Order and errors are the batch's own.
     """
-    if vectors is None:
+    model, reuse = vectors
+    if model is None:
         yield from ((rec, None) for rec in records)
         return
+
+    def batch_vectors(texts: list[str], ids: list[str | None]) -> list[list[float] | None]:
+        found, reused = embed_batch(model, texts, ids, reuse)
+        report.vectors_reused += reused
+        report.vectors_embedded += sum(v is not None for v in found) - reused
+        return found
+
     with ThreadPoolExecutor(1, thread_name_prefix="jingpai-embed") as pool:
         pending: tuple[list[SourceRecord], Future[list[list[float] | None]]] | None = None
         for group in batches(records, settings.batch_size):
             texts = [embedding_text(rec.fields, settings.text_fields) for rec in group]
-            submitted = (group, pool.submit(vectors.embed, texts))
+            submitted = (group, pool.submit(batch_vectors, texts, [doc_id(rec.fields) for rec in group]))
             if pending is not None:
                 yield from zip(pending[0], pending[1].result(), strict=True)
             pending = submitted

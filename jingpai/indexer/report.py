@@ -26,14 +26,19 @@ class IndexReport:
     first_lines: dict[str, list[tuple[str, int]]] = field(default_factory=dict)
     run_id: str = ""
     check_failure: str | None = None
+    #: with vectors: documents whose vector was read back from the live index / computed by the model
+    vectors_reused: int = 0
+    vectors_embedded: int = 0
 
     @property
     def docs_per_s(self) -> float:
         return self.indexed / self.seconds if self.seconds > 0 else 0.0
 
     def summary(self) -> str:
+        vectors = (f" / vectors: {self.vectors_embedded} embedded, {self.vectors_reused} reused"
+                   if self.vectors_embedded or self.vectors_reused else "")
         return (
-            f"read {self.read} / indexed {self.indexed} / rejected {self.rejected} / "
+            f"read {self.read} / indexed {self.indexed} / rejected {self.rejected}{vectors} / "
             f"{self.seconds:.1f} s / {self.docs_per_s:.0f} docs/s → {self.physical_index} (alias {self.alias})"
         )
 

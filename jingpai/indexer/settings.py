@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from jingpai.engine.vectors import VECTOR_INDEXES, VectorIndex
 from jingpai.indexer.readers import DEFAULT_MAX_DEPTH, DEFAULT_MAX_RECORD_BYTES, CorpusFormat
 
 logger = logging.getLogger(__name__)
@@ -60,6 +61,12 @@ class IndexSettings:
             Elasticsearch, ``knn_vector`` on OpenSearch with its k-NN plugin); ``None``: no vectors.
         vector_chunking: text longer than the model's window: ``first`` embeds its first window, ``mean``
             averages the vectors of up to :data:`~jingpai.indexer.vectors.MAX_CHUNKS` consecutive windows.
+        vector_index: with ``vectors``, how the engine indexes them: ``hnsw`` (a graph, approximate search) or
+            ``flat`` (no graph: indexing skips the graph build, every kNN search is exact over all vectors; for up to
+            about 100k documents); see :mod:`jingpai.engine.vectors`.
+        reuse_vectors: with ``vectors``, read the vector of every document whose embedded text is unchanged back
+            from the live index when that index was built with the same model and chunking, and embed only the
+            others (:mod:`jingpai.indexer.vector_reuse`); ``False``: embed every document.
     """
 
     index: str
@@ -83,6 +90,8 @@ class IndexSettings:
     fast_build: bool = True
     vectors: Path | None = None
     vector_chunking: VectorChunking = "mean"
+    vector_index: VectorIndex = "hnsw"
+    reuse_vectors: bool = True
 
     def __post_init__(self) -> None:
         if not self.text_fields:
@@ -99,6 +108,8 @@ class IndexSettings:
             raise ValueError(f"max rejected must be a share between 0 and 1 (0.01 = 1%), got {self.max_rejected}")
         if self.vector_chunking not in VECTOR_CHUNKINGS:
             raise ValueError(f"unknown vector chunking {self.vector_chunking!r}; expected one of {', '.join(VECTOR_CHUNKINGS)}")
+        if self.vector_index not in VECTOR_INDEXES:
+            raise ValueError(f"unknown vector index {self.vector_index!r}; expected one of {', '.join(VECTOR_INDEXES)}")
         if self.id_field in self.text_fields:
             logger.info("id field %r is also a text field", self.id_field)
 

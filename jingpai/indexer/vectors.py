@@ -25,6 +25,7 @@ from typing import Protocol
 
 import numpy as np
 
+from jingpai.engine.vectors import VectorIndex
 from jingpai.errors import UserError
 from jingpai.indexer.mapping import VECTOR_FIELD, IndexMeta
 from jingpai.indexer.settings import VectorChunking
@@ -70,11 +71,11 @@ def embedding_text(fields: dict, text_fields: Sequence[str]) -> str:
     return "\n".join(v for name in text_fields if isinstance(v := fields.get(name), str) and v.strip())
 
 
-def with_vectors(meta: IndexMeta, embedder: Embedder, chunking: VectorChunking) -> IndexMeta:
-    """``meta`` recording ``embedder``'s vectors (field, model id and path, dimension, chunking)."""
+def with_vectors(meta: IndexMeta, embedder: Embedder, chunking: VectorChunking, index: VectorIndex = "hnsw") -> IndexMeta:
+    """``meta`` recording ``embedder``'s vectors (field, model id and path, dimension, chunking, how they are indexed)."""
     return replace(
         meta, vector_field=VECTOR_FIELD, vector_model=embedder.model_id, vector_model_path=embedder.model_path,
-        vector_dims=embedder.dims, vector_chunking=chunking,
+        vector_dims=embedder.dims, vector_chunking=chunking, vector_index=index,
     )
 
 

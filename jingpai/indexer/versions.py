@@ -35,6 +35,7 @@ class PhysicalIndex:
         vector_model: the model its document vectors come from (``_meta.jingpai.vector_model``; ``None``:
             no vectors, or not jingpai's).
         vector_dims: their dimension.
+        vector_index: how they are indexed (``hnsw`` / ``flat``; indices built before it was recorded are ``hnsw``).
     """
 
     name: str
@@ -44,6 +45,7 @@ class PhysicalIndex:
     aliased: bool
     vector_model: str | None = None
     vector_dims: int | None = None
+    vector_index: str | None = None
 
 
 def _tag(dict_version: str | None) -> str:
@@ -57,30 +59,33 @@ def list_versions(engine: Engine, alias: str) -> list[PhysicalIndex]:
     matched = [(name, docs, m) for name, docs in engine.indices(f"{alias}-*").items() if (m := pattern.match(name))]
     metas = _vector_metas(engine, alias) if matched else {}
     found = [
-        PhysicalIndex(name, m.group(1), int(m.group(2)), docs, name in live, *metas.get(name, (None, None)))
+        PhysicalIndex(name, m.group(1), int(m.group(2)), docs, name in live, *metas.get(name, (None, None, None)))
         for name, docs, m in matched
     ]
     return sorted(found, key=lambda p: p.generation)
 
 
-def _vector_metas(engine: Engine, alias: str) -> dict[str, tuple[str | None, int | None]]:
-    """``{physical index: (vector model, dimension)}`` from the ``_meta`` of every index named ``<alias>-*``
-    (one request); the dictionary version is in the name, the vector model only here."""
+def _vector_metas(engine: Engine, alias: str) -> dict[str, tuple[str | None, int | None, str | None]]:
+    """``{physical index: (vector model, dimension, vector index)}`` from the ``_meta`` of every index named
+    ``<alias>-*`` (one request); the dictionary version is in the name, the vector model only here."""
     out = {}
     for name, body in engine.get_mapping(f"{alias}-*").items():
         meta = ((body.get("mappings") or {}).get("_meta") or {}).get(META_KEY) or {}
-        out[name] = (meta.get("vector_model"), meta.get("vector_dims"))
+        model = meta.get("vector_model")
+        out[name] = (model, meta.get("vector_dims"), (meta.get("vector_index") or "hnsw") if model else None)
     return out
 
 
 def choose_physical_index(
     engine: Engine, alias: str, dict_version: str | None, *, rebuild: bool = False, vector_model: str | None = None,
+    vector_index: str | None = None,
 ) -> tuple[str, bool]:
-    """``(physical index name, already exists)`` for a run with ``dict_version`` and ``vector_model``.
+    """``(physical index name, already exists)`` for a run with ``dict_version``, ``vector_model`` and ``vector_index``.
 
     The newest physical index of the same dictionary version is resumed into when it holds vectors of the
-    same model (or none, and the run has none); a run with another vector model (or vectors where there
-    were none, or none where there were) builds a new generation, since a mapping's vector field cannot change.
+    same model indexed the same way (or none, and the run has none); a run with another vector model or vector
+    index (or vectors where there were none, or none where there were) builds a new generation, since a
+    mapping's vector field cannot change.
     """
     if engine.index_exists(alias) and not engine.alias_targets(alias):
         raise IndexVersionError(
@@ -90,11 +95,12 @@ def choose_physical_index(
     tag = _tag(dict_version)
     same = [p for p in versions if p.dict_version == tag]
     if same and not rebuild:
-        if same[-1].vector_model == vector_model:
+        if (same[-1].vector_model, same[-1].vector_index) == (vector_model, vector_index if vector_model else None):
             return same[-1].name, True
         logger.info(
-            "%s has vectors from %s and this run %s: building a new generation", same[-1].name,
-            same[-1].vector_model or "no model", f"from {vector_model}" if vector_model else "has none",
+            "%s has vectors from %s (%s) and this run %s: building a new generation", same[-1].name,
+            same[-1].vector_model or "no model", same[-1].vector_index or "-",
+            f"from {vector_model} ({vector_index})" if vector_model else "has none",
         )
     generation = max((p.generation for p in versions), default=0) + 1
     return f"{alias}-{tag}-{generation}", False

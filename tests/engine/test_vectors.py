@@ -16,7 +16,7 @@ from jingpai.cli import cli
 from jingpai.engine import harness
 from jingpai.engine.client import Engine
 from jingpai.engine.settings import KNN_PLUGIN_VERSIONS, EngineModuleError, EngineSettings
-from jingpai.engine.vectors import VectorSettingError, VectorsUnsupportedError, field_mapping, knn_body
+from jingpai.engine.vectors import VectorSettingError, VectorsUnsupportedError, field_mapping, index_settings, knn_body
 
 # unit vectors in 3-d: a and b close, c apart
 DOCS = {"a": ([1.0, 0.0, 0.0], "red"), "b": ([0.8, 0.6, 0.0], "blue"), "c": ([0.0, 0.0, 1.0], "red")}
@@ -50,6 +50,17 @@ def test_vector_fragments_per_engine() -> None:
         field_mapping("elasticsearch", 0)
     with pytest.raises(VectorSettingError, match="k=5, num_candidates=3"):
         knn_body("opensearch", [1.0], field="v", k=5, num_candidates=3)
+    assert field_mapping("elasticsearch", 8, index="flat")["index_options"] == {"type": "int8_flat"}
+    assert field_mapping("opensearch", 8, index="flat") == {"type": "knn_vector", "dimension": 8}
+    assert (index_settings("opensearch"), index_settings("opensearch", index="flat")) == ({"index.knn": True}, {})
+    # flat: Elasticsearch's knn searches it exactly as it is; OpenSearch scores every document with a script
+    assert knn_body("elasticsearch", [3.0, 4.0], field="v", k=2, num_candidates=2, index="flat")["knn"]["query_vector"] == [0.6, 0.8]
+    body = knn_body("opensearch", [3.0, 4.0], field="v", k=2, num_candidates=2, index="flat", filter={"term": {"t": "x"}})
+    scored = body["query"]["script_score"]
+    assert scored["query"] == {"term": {"t": "x"}} and scored["script"]["params"] == {"field": "v", "query_value": [0.6, 0.8]}
+    assert body["size"] == 2 and body["_source"] == {"excludes": ["v"]}
+    with pytest.raises(VectorSettingError, match="unknown vector index 'ivf'; expected one of hnsw, flat"):
+        field_mapping("elasticsearch", 8, index="ivf")  # type: ignore[arg-type]
 
 
 @pytest.fixture(params=["elasticsearch", "opensearch"])

@@ -7,7 +7,10 @@ and saved to a temporary folder; OpenSearch runs with its k-NN plugin (the ``ope
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 import uuid
+from dataclasses import replace
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +23,7 @@ from jingpai.engine.client import Engine
 from jingpai.engine.vectors import VectorsUnsupportedError
 from jingpai.indexer.mapping import read_meta
 from jingpai.indexer.pipeline import IndexSettings, index_corpus
+from jingpai.indexer.vector_reuse import LiveVectors
 from jingpai.indexer.vectors import DocumentVectors, embedding_text
 from jingpai.indexer.versions import list_versions
 from jingpai.jobs.document_vectors import ModelEmbedder, load_embedder, model_id
@@ -88,7 +92,7 @@ def test_index_with_vectors_then_knn_finds_each_document_first(
     code, output = _index(corpus, "--index", alias, "--engine", vector_engine.url, "--id-field", "id", "--vectors", model_dir,
                           "--quarantine-dir", tmp_path, "--max-rejected", "0.5", "--no-progress", "--batch-size", "3")
     assert code == 0, output
-    assert "read 8 / indexed 6 / rejected 2" in output
+    assert "read 8 / indexed 6 / rejected 2 / vectors: 6 embedded, 0 reused / " in output
 
     physical = vector_engine.alias_targets(alias)[0]
     field = vector_engine.get_mapping(alias)[physical]["mappings"]["properties"]["jingpai"]["properties"]["vector"]
@@ -178,3 +182,115 @@ def test_a_model_without_encode_embeds_through_its_sentence_encoder(model_dir: P
     texts = [embedding_text(d, ("title", "content")) for d in DOCS]
     cosines = (fallback.encode(texts) * embedder.encode(texts)).sum(axis=1)
     assert cosines.min() > 0.9999
+
+
+class _Counting:
+    """The real embedder, remembering the texts it was asked to embed."""
+
+    def __init__(self, inner: ModelEmbedder) -> None:
+        self.inner, self.model_id, self.model_path, self.dims = inner, inner.model_id, inner.model_path, inner.dims
+        self.seen: list[str] = []
+
+    def encode(self, texts):  # noqa: ANN001, ANN201 - the Embedder protocol
+        self.seen.extend(texts)
+        return self.inner.encode(texts)
+
+    def chunks(self, text: str) -> list[str]:
+        return self.inner.chunks(text)
+
+
+def _stored_vectors(engine: Engine, alias: str) -> dict[str, list[float]]:
+    physical = engine.alias_targets(alias)[0]
+    return {hit["_id"]: hit["_source"]["jingpai"]["vector"] for hit in engine.scan(physical, source=["jingpai.vector"])}
+
+
+@pytest.mark.engine
+def test_a_new_version_reads_unchanged_vectors_back_and_embeds_only_changed_documents(
+    vector_engine: Engine, alias: str, tmp_path: Path, model_dir: Path, embedder: ModelEmbedder, caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = IndexSettings(index=alias, text_fields=("title", "content"), id_field="id", progress=False, quarantine_dir=tmp_path,
+                             vectors=model_dir, vector_chunking="first", batch_size=2, rebuild=True)
+    first = _Counting(embedder)
+    report = index_corpus(vector_engine, [_corpus(tmp_path, DOCS)], settings, embedder=first)
+    assert (report.vectors_embedded, report.vectors_reused, len(first.seen)) == (6, 0, 6)
+    before = _stored_vectors(vector_engine, alias)
+
+    # d2's text changed (same id), d7 is new, the other five are unchanged: only two texts reach the model
+    changed = {**DOCS[1], "content": "央行宣布下调存款准备金率，释放长期资金约一万亿元。"}
+    new = {"id": "d7", "title": "暴雨预警", "content": "气象台发布暴雨橙色预警，提醒市民减少外出。"}
+    records = [DOCS[0], changed, *DOCS[2:], new]
+    second = _Counting(embedder)
+    report = index_corpus(vector_engine, [_corpus(tmp_path, records)], settings, embedder=second)
+    assert (report.indexed, report.vectors_embedded, report.vectors_reused) == (7, 2, 5)
+    assert second.seen == [embedding_text(changed, settings.text_fields), embedding_text(new, settings.text_fields)]
+    assert "vectors: 2 embedded, 5 reused" in report.summary()
+    after = _stored_vectors(vector_engine, alias)
+    assert {d: after[d] for d in ("d1", "d3", "d4", "d5", "d6")} == {d: before[d] for d in ("d1", "d3", "d4", "d5", "d6")}
+    fresh = DocumentVectors(embedder, chunking="first").embed([embedding_text(r, settings.text_fields) for r in (changed, new)])
+    np.testing.assert_allclose([after["d2"], after["d7"]], fresh, atol=1e-6)
+    assert float(np.dot(after["d2"], before["d2"])) < 0.999
+
+    # --no-reuse-vectors, and a model with another id (the same weights in another folder), embed everything again
+    caplog.set_level(logging.INFO, logger="jingpai.indexer.vector_reuse")
+    report = index_corpus(vector_engine, [_corpus(tmp_path, records)], replace(settings, reuse_vectors=False), embedder=embedder)
+    assert (report.vectors_embedded, report.vectors_reused) == (7, 0)
+    other_dir = tmp_path / "other-use-bi"
+    shutil.copytree(model_dir, other_dir)
+    other = load_embedder(other_dir, device="cpu")
+    report = index_corpus(vector_engine, [_corpus(tmp_path, records)], replace(settings, vectors=other_dir), embedder=other)
+    assert (report.vectors_embedded, report.vectors_reused) == (7, 0)
+    assert f"they come from model {embedder.model_id}, this run's is {other.model_id}" in caplog.text
+
+
+@pytest.mark.engine
+def test_reading_vectors_back_fails_open_to_embedding(
+    vector_engine: Engine, alias: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    live = LiveVectors(vector_engine, f"{alias}-missing", text_fields=("title",), dims=512)
+    with caplog.at_level(logging.WARNING, logger="jingpai.indexer.vector_reuse"):
+        assert live.lookup(["d1", None], ["沪指大涨", "央行公告"]) == [None, None]
+    assert f"reading 1 vectors back from {alias}-missing failed" in caplog.text and "the batch is embedded instead" in caplog.text
+
+
+@pytest.mark.engine
+def test_flat_vectors_build_no_graph_and_search_exactly(
+    vector_engine: Engine, alias: str, tmp_path: Path, model_dir: Path, embedder: ModelEmbedder,
+) -> None:
+    corpus = _corpus(tmp_path, DOCS)
+    code, output = _index(corpus, "--index", alias, "--engine", vector_engine.url, "--id-field", "id", "--vectors", model_dir,
+                          "--vector-index", "flat", "--quarantine-dir", tmp_path, "--no-progress")
+    assert code == 0, output
+    physical = vector_engine.alias_targets(alias)[0]
+    field = vector_engine.get_mapping(alias)[physical]["mappings"]["properties"]["jingpai"]["properties"]["vector"]
+    if vector_engine.kind == "elasticsearch":
+        assert (field["type"], field["index_options"]["type"]) == ("dense_vector", "int8_flat")
+    else:
+        assert field == {"type": "knn_vector", "dimension": 512} and vector_engine.get_index_settings(physical).get("index.knn") != "true"
+    meta = read_meta(vector_engine, alias)
+    assert meta.vector_index == "flat"
+    code, output = _index("status", alias, "--engine", vector_engine.url)
+    assert output.rstrip().endswith(f"vectors {meta.vector_model} (512-d, flat)")
+
+    # exact search: each document's own text finds it first, on the HNSW field's score scale (1 + cos) / 2
+    texts = [embedding_text(d, ("title", "content")) for d in DOCS]
+    for doc, vector in zip(DOCS, embedder.encode(texts), strict=True):
+        hits = vector_engine.knn_search(alias, vector.tolist(), field=meta.vector_field, k=3, num_candidates=3,
+                                        vector_index="flat", filter={"bool": {"must_not": [{"ids": {"values": ["d9"]}}]}})["hits"]["hits"]
+        assert hits[0]["_id"] == doc["id"] and 0.99 < hits[0]["_score"] <= 1.0 + 1e-6 and len(hits) == 3
+        assert all(0.0 <= h["_score"] <= 1.0 + 1e-6 for h in hits) and "vector" not in hits[0]["_source"].get("jingpai", {})
+    hits = vector_engine.knn_search(alias, embedder.encode(texts[:1])[0].tolist(), field=meta.vector_field, k=6, num_candidates=6,
+                                    vector_index="flat", filter={"bool": {"must_not": [{"ids": {"values": ["d1"]}}]}})["hits"]["hits"]
+    assert len(hits) == 5 and "d1" not in [h["_id"] for h in hits]  # the filter applies before the top k
+
+    # HNSW for the same dictionary and model is another mapping: a new generation, its vectors read back from the flat one
+    code, output = _index(corpus, "--index", alias, "--engine", vector_engine.url, "--id-field", "id", "--vectors", model_dir,
+                          "--quarantine-dir", tmp_path, "--no-progress")
+    assert code == 0 and "vectors: 0 embedded, 6 reused" in output, output
+    assert vector_engine.alias_targets(alias) != [physical] and read_meta(vector_engine, alias).vector_index == "hnsw"
+
+
+def test_an_unknown_vector_index_is_refused_by_name(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unknown vector index 'ivf'; expected one of hnsw, flat"):
+        IndexSettings(index="x", vector_index="ivf")  # type: ignore[arg-type]
+    code, output = _index(_corpus(tmp_path, DOCS), "--index", "x", "--vector-index", "ivf", "--engine", "http://127.0.0.1:1")
+    assert code == 2 and "Invalid value for '--vector-index': 'ivf' is not one of 'hnsw', 'flat'" in output

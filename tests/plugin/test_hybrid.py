@@ -14,6 +14,7 @@ import logging
 import socket
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -177,6 +178,31 @@ def test_the_must_not_filter_reaches_the_knn_list(vector_index: str, gateway_url
     body = {"query": {"bool": {"must": [QUERY], "must_not": [{"ids": {"values": ["h01"]}}]}}, "size": 20}
     resp = post(gateway_url, vector_index, body)
     assert resp["jingpai"]["hybrid"]["applied"] is True and "h01" not in ids(resp) and ids(resp)
+
+
+def test_a_flat_vector_index_is_searched_exactly_through_the_gateway(
+    vector_engine: Engine, bi_model, bi_url: str, dictionary, tmp_path: Path,
+) -> None:
+    from jingpai.jobs.document_vectors import ModelEmbedder
+
+    model, folder = bi_model
+    path = tmp_path / "docs.jsonl"
+    path.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in [*corpus(), HIDDEN]), encoding="utf-8")
+    alias = f"test-hyf-{uuid.uuid4().hex[:8]}"
+    settings = IndexSettings(index=alias, text_fields=("title",), id_field="id", quarantine_dir=tmp_path, progress=False, vector_index="flat")
+    try:
+        index_corpus(vector_engine, [path], settings, dictionary=dictionary[0], embedder=ModelEmbedder(model, folder))
+        vector_engine.refresh(alias)
+        with serve(create_app(gateway_settings(vector_engine, bi_url, dictionary))) as server:
+            resp = post(server.url, alias, {"query": QUERY, "size": 5})
+            info = resp["jingpai"]["hybrid"]
+            assert info["applied"] is True and (info["bm25_hits"], info["knn_hits"]) == (0, 10)
+            hit = next(h for h in resp["hits"]["hits"] if h["_id"] == "h01")
+            assert hit["_jingpai"]["knn_rank"] == 1 and 0.99 < hit["_jingpai"]["knn_score"] <= 1.0 + 1e-6 and no_vectors(resp)
+            body = {"query": {"bool": {"must": [QUERY], "must_not": [{"ids": {"values": ["h01"]}}]}}, "size": 20}
+            assert "h01" not in ids(post(server.url, alias, body))
+    finally:
+        vector_engine.raw.indices.delete(index=f"{alias}*")
 
 
 def test_msearch_and_sorted_searches_stay_bm25_and_say_why(vector_index: str, gateway_url: str) -> None:

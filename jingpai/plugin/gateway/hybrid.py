@@ -28,7 +28,7 @@ from typing import Any
 
 import aiohttp
 
-from jingpai.engine.vectors import knn_body
+from jingpai.engine.vectors import VectorIndex, knn_body
 from jingpai.plugin.embed_client import EmbedClient, EmbedUnavailable
 from jingpai.plugin.gateway.proxy import Upstream, dumps, path_part
 from jingpai.plugin.settings import GatewaySettings, HybridSpec, setting_hint
@@ -66,6 +66,8 @@ class HybridPlan:
     shape: dict
     #: which hits a reranked search reranks (:class:`~jingpai.plugin.settings.HybridSpec`)
     rerank_window: str = "fused"
+    #: how the index's vector field is indexed (``IndexMeta.vector_index``): ``flat`` is searched exactly
+    vector_index: VectorIndex = "hnsw"
 
     def info(self, **overrides: Any) -> dict[str, Any]:
         """The response's ``jingpai.hybrid`` object of a search planned hybrid."""
@@ -115,13 +117,14 @@ def knn_filter(query: Any, post_filter: Any) -> dict | None:
 
 
 def plan_hybrid(index: str, body: dict, query: Any, text: str, spec: HybridSpec, meta_field: str, dims: int | None,
-                depth: int, *, model: str | None = None) -> HybridPlan:
+                depth: int, *, model: str | None = None, vector_index: VectorIndex | None = None) -> HybridPlan:
     """The kNN half of a hybrid search whose BM25 list is ``depth`` hits deep (``body``: the BM25 request,
     its ``_source`` already excluding the vector field; ``query``: the client's query before augmentation)."""
     k, num_candidates = spec.neighbours(depth)
     shape = {key: body[key] for key in _HIT_SHAPE if key in body}
     return HybridPlan(index=index, field=meta_field, dims=dims, text=text, model=model, k=k, num_candidates=num_candidates, fusion=spec.fusion,
-                      filter=knn_filter(query, body.get("post_filter")), shape=shape, rerank_window=spec.rerank_window)
+                      filter=knn_filter(query, body.get("post_filter")), shape=shape, rerank_window=spec.rerank_window,
+                      vector_index=vector_index or "hnsw")
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,8 @@ class HybridSearcher:
         embedded = time.perf_counter()
         took_embed = round((embedded - started) * 1000, 2)
         kind = self._kind() or "opensearch"
-        body = knn_body(kind, vector, field=plan.field, k=plan.k, num_candidates=plan.num_candidates, filter=plan.filter)  # type: ignore[arg-type]
+        body = knn_body(kind, vector, field=plan.field, k=plan.k, num_candidates=plan.num_candidates, filter=plan.filter,  # type: ignore[arg-type]
+                        index=plan.vector_index)
         body.update(plan.shape)
         try:
             resp = await self._fetch("POST", f"/{path_part(plan.index)}/_search", headers, dumps(body), "knn")

@@ -318,7 +318,7 @@ def _with_hybrid(plan: SearchPlan, search: SearchRequest, meta: IndexMeta, plann
         filter_path = FilterPath.parse(params.pop("filter_path")) if "filter_path" in params else None
         changes = {"from_": from_, "size": size, "query_text": query_text, "filter_path": filter_path, "params": params, "rewritten": True}
     hybrid = plan_hybrid(search.index, body, search.body.get("query"), changes.get("query_text", plan.query_text), search.hybrid,
-                         meta.vector_field, meta.vector_dims, int(body["size"]), model=meta.vector_model)
+                         meta.vector_field, meta.vector_dims, int(body["size"]), model=meta.vector_model, vector_index=meta.vector_index)
     return replace(plan, hybrid=hybrid, hybrid_info=hybrid.info(), **changes)
 
 

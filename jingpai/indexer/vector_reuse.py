@@ -1,0 +1,115 @@
+"""Vectors of unchanged documents, read back from the live index instead of embedded again.
+
+Every ``jingpai index`` run builds a new physical index version (a dictionary update, ``--rebuild``) or resumes one,
+and rebuilds every document in it. A document's vector, unlike its keywords, depends only on its text fields and on
+the model — on two CPU cores embedding is most of the run's time (docs/indexing.md, "Indexing throughput"). So when
+the alias's live index was built with the same model (:attr:`IndexMeta.vector_model`: folder name and hash of the
+model's config and weights) and the same chunking, each bulk batch first asks the live index for its documents
+(one ``_mget`` by id) and keeps the stored vector of every document whose embedded text is unchanged; only new and
+changed documents go through the model. The text is compared, never assumed: a document whose id stayed while its
+text changed is embedded again. ``--no-reuse-vectors`` embeds everything.
+
+Reuse is an optimisation: a failed ``_mget`` embeds that batch and logs why.
+
+Example:
+    >>> LiveVectors.choose(engine, target.live_before, target.live_meta, meta, enabled=True)   # doctest: +SKIP
+    >>> vectors, reused = embed_batch(document_vectors, texts, ids, reuse)                    # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from jingpai.engine.client import DocumentReadError, Engine
+from jingpai.indexer.mapping import META_KEY, VECTOR_FIELD, IndexMeta
+from jingpai.indexer.vectors import DocumentVectors, embedding_text
+
+logger = logging.getLogger(__name__)
+
+
+class LiveVectors:
+    """Reads the vectors of unchanged documents back from one live physical index.
+
+    Args:
+        engine: the cluster.
+        index: the live physical index (built with the run's model and chunking).
+        text_fields: the fields the vectors were embedded from (in order).
+        dims: the model's dimension; a stored vector of another length is not reused.
+    """
+
+    def __init__(self, engine: Engine, index: str, *, text_fields: Sequence[str], dims: int) -> None:
+        self.engine = engine
+        self.index = index
+        self.text_fields = tuple(text_fields)
+        self.dims = dims
+
+    @classmethod
+    def choose(
+        cls, engine: Engine, live_before: Sequence[str], live_meta: IndexMeta | None, meta: IndexMeta, *, enabled: bool,
+    ) -> LiveVectors | None:
+        """The live index to reuse vectors from, or ``None`` (the reason logged) when it holds none this run can use."""
+        if meta.vector_model is None or meta.vector_dims is None:
+            return None
+        if not enabled:
+            logger.info("--no-reuse-vectors: every document is embedded by %s", meta.vector_model)
+            return None
+        if live_meta is None or len(live_before) != 1:
+            logger.info("no single live jingpai index behind the alias (%s): every document is embedded", ", ".join(live_before) or "none")
+            return None
+        reason = _mismatch(live_meta, meta)
+        if reason is not None:
+            logger.info("vectors of %s are not reused: %s; every document is embedded", live_before[0], reason)
+            return None
+        logger.info("vectors of unchanged documents are read back from the live index %s (model %s)", live_before[0], meta.vector_model)
+        return cls(engine, live_before[0], text_fields=meta.text_fields, dims=meta.vector_dims)
+
+    def lookup(self, ids: Sequence[str | None], texts: Sequence[str]) -> list[list[float] | None]:
+        """The stored vector of each document whose id the live index holds with the same embedded text (else ``None``),
+        in input order. ``ids[i]`` is ``None`` for a record without a valid id."""
+        out: list[list[float] | None] = [None] * len(texts)
+        wanted = [i for i, doc_id in enumerate(ids) if doc_id is not None and texts[i].strip()]
+        if not wanted:
+            return out
+        try:
+            sources = self.engine.get_sources(self.index, [str(ids[i]) for i in wanted], fields=[*self.text_fields, VECTOR_FIELD])
+        except Exception as exc:
+            if not isinstance(exc, DocumentReadError) and not (self.engine.is_transient(exc) or self.engine.is_api_error(exc)):
+                raise
+            logger.warning("reading %d vectors back from %s failed (%s: %s): the batch is embedded instead",
+                           len(wanted), self.index, type(exc).__name__, str(exc)[:200])
+            return out
+        for i in wanted:
+            source = sources.get(str(ids[i]))
+            if source is None or embedding_text(source, self.text_fields) != texts[i]:
+                continue
+            vector = (source.get(META_KEY) or {}).get("vector")
+            if isinstance(vector, list) and len(vector) == self.dims:
+                out[i] = vector
+        return out
+
+
+def embed_batch(
+    vectors: DocumentVectors, texts: Sequence[str], ids: Sequence[str | None], reuse: LiveVectors | None,
+) -> tuple[list[list[float] | None], int]:
+    """``(one vector per text, how many were read back)``: the live index's vectors where ``reuse`` finds them, the
+    model's for the rest (see :meth:`DocumentVectors.embed`)."""
+    found = reuse.lookup(ids, texts) if reuse is not None else [None] * len(texts)
+    missing = [i for i, vector in enumerate(found) if vector is None]
+    if missing:
+        for i, vector in zip(missing, vectors.embed([texts[i] for i in missing]), strict=True):
+            found[i] = vector
+    return found, len(texts) - len(missing)
+
+
+def _mismatch(live: IndexMeta, meta: IndexMeta) -> str | None:
+    if live.vector_model != meta.vector_model:
+        return f"they come from model {live.vector_model or '(none)'}, this run's is {meta.vector_model}"
+    if live.vector_chunking != meta.vector_chunking:
+        return f"they were chunked {live.vector_chunking!r}, this run chunks {meta.vector_chunking!r}"
+    if tuple(live.text_fields) != tuple(meta.text_fields):
+        return f"they embed the fields {', '.join(live.text_fields)}, this run embeds {', '.join(meta.text_fields)}"
+    return None
+
+
+__all__ = ["LiveVectors", "embed_batch"]
