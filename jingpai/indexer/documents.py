@@ -121,7 +121,7 @@ class DocumentBuilder:
             # a 512-d vector is most of the document and ~98 % of json.dumps' time for it (~250 µs, as long as the
             # segmentation); orjson writes the same shortest round-trip floats 15x faster. jingpai's object is the
             # document's last member, so the source ends in "}}" and the vector goes in as that object's last member
-            source = f'{source[:-2]}, "vector": {orjson.dumps(vector).decode()}}}}}'
+            source = source[:-2] + ', "vector": ' + orjson.dumps(vector).decode() + "}}"
             extra["vector"] = vector
         size = len(source.encode("utf-8"))
         if size > self.settings.max_doc_bytes:

@@ -294,3 +294,17 @@ def test_an_unknown_vector_index_is_refused_by_name(tmp_path: Path) -> None:
         IndexSettings(index="x", vector_index="ivf")  # type: ignore[arg-type]
     code, output = _index(_corpus(tmp_path, DOCS), "--index", "x", "--vector-index", "ivf", "--engine", "http://127.0.0.1:1")
     assert code == 2 and "Invalid value for '--vector-index': 'ivf' is not one of 'hnsw', 'flat'" in output
+
+
+def test_the_vector_is_the_last_member_of_jingpais_object_in_the_bulk_json() -> None:
+    from jingpai.indexer.documents import DocumentBuilder
+    from jingpai.indexer.mapping import IndexMeta
+    from jingpai.keyword_dict import Segmenter
+
+    meta = IndexMeta(("title",), None, "term_frequency", "nested", vector_field="jingpai.vector", vector_model="m@0", vector_dims=3)
+    builder = DocumentBuilder(IndexSettings(index="x", text_fields=("title",), id_field="id"), meta, segmenter=Segmenter(None))
+    vector = [0.1, -0.25, 1e-06]
+    doc_id, source = builder.build_json({"id": "a", "title": "花呗怎么还款", "n": [1, {"x": 2}]}, vector=vector)
+    document = json.loads(source)
+    assert doc_id == "a" and document["jingpai"]["vector"] == vector and list(document["jingpai"])[-1] == "vector"
+    assert document["n"] == [1, {"x": 2}] and document["title"] == "花呗怎么还款"
