@@ -33,7 +33,7 @@ from jingpai.indexer.quarantine import Quarantine
 from jingpai.indexer.readers import BadRecord, SourceRecord, read_corpus
 from jingpai.indexer.report import IndexReport
 from jingpai.indexer.settings import IndexSettings
-from jingpai.indexer.vector_reuse import LiveVectors, embed_batch
+from jingpai.indexer.vector_reuse import BatchVectors, LiveVectors
 from jingpai.indexer.vectors import DocumentVectors, Embedder, embedding_text, with_vectors
 from jingpai.indexer.versions import choose_physical_index
 
@@ -182,12 +182,12 @@ def open_run(
 
 def _vector_sources(
     engine: Engine, embedder: Embedder | None, target: Target, meta: IndexMeta, settings: IndexSettings,
-) -> tuple[DocumentVectors | None, LiveVectors | None]:
-    """The run's model and the live index whose vectors of unchanged documents it reuses (each ``None`` when absent)."""
+) -> BatchVectors | None:
+    """The run's model with the live index whose vectors of unchanged documents it reuses (``None``: no vectors)."""
     if embedder is None:
-        return None, None
-    return (DocumentVectors(embedder, chunking=settings.vector_chunking),
-            LiveVectors.choose(engine, target.live_before, target.live_meta, meta, enabled=settings.reuse_vectors))
+        return None
+    return BatchVectors(DocumentVectors(embedder, chunking=settings.vector_chunking),
+                        LiveVectors.choose(engine, target.live_before, target.live_meta, meta, enabled=settings.reuse_vectors))
 
 
 def _check_sources(paths: Sequence[str | Path], settings: IndexSettings) -> None:
@@ -225,10 +225,9 @@ def _prepare_index(engine: Engine, target: Target, meta: IndexMeta, settings: In
 
 def _documents(
     paths: Sequence[str | Path], settings: IndexSettings, builder: DocumentBuilder, quarantine: Quarantine,
-    report: IndexReport, physical: str, vectors: tuple[DocumentVectors | None, LiveVectors | None] = (None, None),
+    report: IndexReport, physical: str, vectors: BatchVectors | None = None,
 ) -> Iterator[tuple[Origin, dict]]:
-    """``(origin, bulk action)`` of every record that makes a document; the others are quarantined.
-    ``vectors``: the model's vectors and the live index to read unchanged ones back from (both optional)."""
+    """``(origin, bulk action)`` of every record that makes a document; the others are quarantined."""
     for path in paths:
         records = _good_records(path, settings, quarantine, report)
         for rec, vector in _with_vectors(records, settings, vectors, doc_id=_id_or_none(builder), report=report):
@@ -262,7 +261,7 @@ def _id_or_none(builder: DocumentBuilder) -> Callable[[dict], str | None]:
 
 
 def _with_vectors(
-    records: Iterator[SourceRecord], settings: IndexSettings, vectors: tuple[DocumentVectors | None, LiveVectors | None],
+    records: Iterator[SourceRecord], settings: IndexSettings, vectors: BatchVectors | None,
     *, doc_id: Callable[[dict], str | None], report: IndexReport,
 ) -> Iterator[tuple[SourceRecord, list[float] | None]]:
     """Each record with its vector (``None`` without vectors), a bulk batch at a time: read back from the live index
@@ -272,13 +271,12 @@ def _with_vectors(
     and the bulk requests of the previous ones are in flight: torch leaves the GIL while it computes, so the
     encoder and the segmenter overlap instead of taking turns. Order and errors are the batch's own.
     """
-    model, reuse = vectors
-    if model is None:
+    if vectors is None:
         yield from ((rec, None) for rec in records)
         return
 
-    def batch_vectors(texts: list[str], ids: list[str | None]) -> list[list[float] | None]:
-        found, reused = embed_batch(model, texts, ids, reuse)
+    def batch_vectors(texts: list[str], ids: list[str | None] | None) -> list[list[float] | None]:
+        found, reused = vectors(texts, ids)
         report.vectors_reused += reused
         report.vectors_embedded += sum(v is not None for v in found) - reused
         return found
@@ -287,7 +285,9 @@ def _with_vectors(
         pending: tuple[list[SourceRecord], Future[list[list[float] | None]]] | None = None
         for group in batches(records, settings.batch_size):
             texts = [embedding_text(rec.fields, settings.text_fields) for rec in group]
-            submitted = (group, pool.submit(batch_vectors, texts, [doc_id(rec.fields) for rec in group]))
+            # ids only to look documents up in the live index: without reuse, build_json alone computes them
+            ids = [doc_id(rec.fields) for rec in group] if vectors.reuse is not None else None
+            submitted = (group, pool.submit(batch_vectors, texts, ids))
             if pending is not None:
                 yield from zip(pending[0], pending[1].result(), strict=True)
             pending = submitted

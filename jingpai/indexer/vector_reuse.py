@@ -13,13 +13,14 @@ Reuse is an optimisation: a failed ``_mget`` embeds that batch and logs why.
 
 Example:
     >>> LiveVectors.choose(engine, target.live_before, target.live_meta, meta, enabled=True)   # doctest: +SKIP
-    >>> vectors, reused = embed_batch(document_vectors, texts, ids, reuse)                    # doctest: +SKIP
+    >>> vectors, reused = BatchVectors(document_vectors, reuse)(texts, ids)                   # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from jingpai.engine.client import DocumentReadError, Engine
 from jingpai.indexer.mapping import META_KEY, VECTOR_FIELD, IndexMeta
@@ -89,17 +90,26 @@ class LiveVectors:
         return out
 
 
-def embed_batch(
-    vectors: DocumentVectors, texts: Sequence[str], ids: Sequence[str | None], reuse: LiveVectors | None,
-) -> tuple[list[list[float] | None], int]:
-    """``(one vector per text, how many were read back)``: the live index's vectors where ``reuse`` finds them, the
-    model's for the rest (see :meth:`DocumentVectors.embed`)."""
-    found = reuse.lookup(ids, texts) if reuse is not None else [None] * len(texts)
-    missing = [i for i, vector in enumerate(found) if vector is None]
-    if missing:
-        for i, vector in zip(missing, vectors.embed([texts[i] for i in missing]), strict=True):
-            found[i] = vector
-    return found, len(texts) - len(missing)
+@dataclass(frozen=True)
+class BatchVectors:
+    """A bulk batch's vectors: read back from the live index where ``reuse`` holds them, the model's for the rest.
+
+    Attributes:
+        model: the run's model (see :meth:`DocumentVectors.embed`).
+        reuse: the live index to read unchanged documents' vectors from (``None``: embed everything).
+    """
+
+    model: DocumentVectors
+    reuse: LiveVectors | None = None
+
+    def __call__(self, texts: Sequence[str], ids: Sequence[str | None] | None) -> tuple[list[list[float] | None], int]:
+        """``(one vector per text, how many were read back)``; ``ids`` (``None`` without ``reuse``) name the documents."""
+        found = self.reuse.lookup(ids, texts) if self.reuse is not None and ids is not None else [None] * len(texts)
+        missing = [i for i, vector in enumerate(found) if vector is None]
+        if missing:
+            for i, vector in zip(missing, self.model.embed([texts[i] for i in missing]), strict=True):
+                found[i] = vector
+        return found, len(texts) - len(missing)
 
 
 def _mismatch(live: IndexMeta, meta: IndexMeta) -> str | None:
@@ -112,4 +122,4 @@ def _mismatch(live: IndexMeta, meta: IndexMeta) -> str | None:
     return None
 
 
-__all__ = ["LiveVectors", "embed_batch"]
+__all__ = ["BatchVectors", "LiveVectors"]
