@@ -4,6 +4,7 @@ keywords, quarantine bookkeeping) on the same corpus, engine and batch size, in 
     python bench/index_throughput.py [--kind opensearch|elasticsearch] [--engine URL] [--repeat 3] [--dict DIR]
                                      [--rounds N] [--breakdown]
     python bench/index_throughput.py --spark [--master local[2]] [--spark-writer auto|connector|bulk]
+                                     [--vectors MODEL [--vector-chunking first|mean]]
 
 Rows:
 
@@ -23,7 +24,9 @@ Rows:
 With ``--spark`` (issue 19): the local path and ``jingpai index --spark`` (``--master``, default
 ``local[2]``) on the same corpus at 1× and 4× ``--repeat``, in one run: seconds, docs/s, the Spark/local
 time ratio (goal: ≤ 3× at 1×, closer at 4×; the session's JVM start-up is printed apart and not counted)
-and the 4×/1× time ratio of each path (goal ≤ 4.4×).
+and the 4×/1× time ratio of each path (goal ≤ 4.4×). With ``--vectors MODEL`` both paths also embed every
+document with that saved bi-encoder (locally in this process; with Spark in each Python worker, which loads
+the model from its folder once): what ``jingpai index --spark --vectors`` costs against the local path.
 
 Goal (issue 4): jingpai ≥ 0.8× raw bulk docs/s. The machine is often shared, so ``--rounds`` repeats
 both rows and reports the median ratio; CPU seconds (client process / engine JVM when it runs locally)
@@ -89,6 +92,8 @@ def main() -> None:
     ap.add_argument("--spark", action="store_true", help="compare the local path with index --spark at 1x and 4x")
     ap.add_argument("--master", default="local[2]", help="with --spark: Spark master")
     ap.add_argument("--spark-writer", default="auto", choices=["auto", "connector", "bulk"])
+    ap.add_argument("--vectors", type=Path, default=None, help="with --spark: embed documents with this saved bi-encoder")
+    ap.add_argument("--vector-chunking", default="mean", choices=["first", "mean"])
     args = ap.parse_args()
 
     from jingpai.keyword_dict import Dictionary, Segmenter
@@ -168,9 +173,16 @@ def spark_rows(args: argparse.Namespace, engine, dictionary, tmp_path: Path) -> 
     from jingpai.spark import spark_session
 
     spark_settings = SparkIndexSettings(master=args.master, writer=args.spark_writer)
-    settings = IndexSettings(index="bench-sp", id_field="id", batch_size=args.batch_size, quarantine_dir=tmp_path, progress=False)
+    settings = IndexSettings(index="bench-sp", id_field="id", batch_size=args.batch_size, quarantine_dir=tmp_path, progress=False,
+                             vectors=args.vectors, vector_chunking=args.vector_chunking)
     writer = choose_writer(engine, settings, spark_settings)
     print(f"machine: {machine()}; CPU flags: {cpu_flags()}; load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    embedder = None
+    if args.vectors is not None:
+        from jingpai.jobs.document_vectors import load_embedder
+
+        embedder = load_embedder(args.vectors)
+        print(f"vectors: {embedder.model_id} ({embedder.dims}-d), chunking {args.vector_chunking}; every run embeds every document")
     t0 = time.perf_counter()
     jars = ensure_connector_jars(connector_for(engine.kind)) if writer == "connector" else []
     session = spark_session(app_name="bench index", master=args.master, jars=jars)
@@ -182,10 +194,11 @@ def spark_rows(args: argparse.Namespace, engine, dictionary, tmp_path: Path) -> 
         path = tmp_path / f"news-{scale}x.jsonl"
         n = corpus(args.repeat * scale, path)
         engine.delete_index("bench-sp-*")
-        local = index_corpus(engine, [path], settings, dictionary=dictionary)
+        local = index_corpus(engine, [path], settings, dictionary=dictionary, embedder=embedder)
         engine.delete_index("bench-sp-*")
-        spark = index_corpus_spark(engine, [path], settings, spark_settings, dictionary=dictionary, spark=session)
+        spark = index_corpus_spark(engine, [path], settings, spark_settings, dictionary=dictionary, embedder=embedder, spark=session)
         assert local.indexed == spark.indexed == n, (local.summary(), spark.summary())
+        assert local.vectors_embedded == spark.vectors_embedded == (n if embedder is not None else 0), (local.summary(), spark.summary())
         times["local"].append(local.seconds)
         times["spark"].append(spark.seconds)
         print(f"{scale}x{'':<6}{n:>7}{path.stat().st_size / 1e6:>6.1f}{local.seconds:>9.2f}{local.docs_per_s:>8.0f}"

@@ -69,7 +69,8 @@ RUN_OPTIONS: dict[str, Opt] = {
     "concurrency": Opt(type=click.IntRange(min=1), help="Bulk requests in flight at once."),
     "vectors": Opt(metavar="MODEL", type=click.Path(file_okay=False, path_type=Path),
                    help="A saved bi-encoder (use-bi): one vector per document, indexed for kNN search "
-                        "(OpenSearch needs `jingpai engine up --plugins knn`; not with --spark yet)."),
+                        "(OpenSearch needs `jingpai engine up --plugins knn`; with --spark the folder must be readable where the "
+                        "tasks run)."),
     "vector_chunking": Opt(help="With --vectors, text longer than the model's window: embed its first window, "
                                 "or the mean of its windows."),
     "vector_index": Opt(help="With --vectors, how the engine indexes them: an HNSW graph, or flat (no graph: faster "
@@ -120,12 +121,13 @@ def run(spark, paths, index_name, engine_url, dict_dir, **values) -> None:
     spark_settings = _checked(lambda: settings_from(SparkIndexSettings, values, SPARK_OPTIONS))
     dictionary = _dictionary(dict_dir)
     try:
+        embedder = _embedder(settings.vectors)  # a bad model folder fails before the engine is touched
         if spark:
             from jingpai.indexer.spark_index import index_corpus_spark
 
-            report = index_corpus_spark(_connect(engine_url), paths, settings, spark_settings, dictionary=dictionary)
+            report = index_corpus_spark(_connect(engine_url), paths, settings, spark_settings, dictionary=dictionary,
+                                        embedder=embedder)
         else:
-            embedder = _embedder(settings.vectors)  # a bad model folder fails before the engine is touched
             report = index_corpus(_connect(engine_url), paths, settings, dictionary=dictionary, embedder=embedder)
     except BuildCheckError as exc:
         click.echo(exc.report.summary())

@@ -66,6 +66,13 @@ class DocumentBuilder:
             raise Rejection(f"id field {id_field!r} must be a string or integer, got {type(value).__name__}")
         return str(value)
 
+    def doc_id_or_none(self, fields: dict) -> str | None:
+        """:meth:`doc_id`, or ``None`` for a record without a valid id (it is quarantined when its document is built)."""
+        try:
+            return self.doc_id(fields)
+        except Rejection:
+            return None
+
     def build(self, fields: dict) -> tuple[str, dict]:
         """``(id, document)`` or :class:`Rejection`."""
         doc_id, document, _ = self._build(fields)

@@ -16,7 +16,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +32,8 @@ from jingpai.indexer.quarantine import Quarantine
 from jingpai.indexer.readers import BadRecord, SourceRecord, read_corpus
 from jingpai.indexer.report import IndexReport
 from jingpai.indexer.settings import IndexSettings
-from jingpai.indexer.vector_reuse import BatchVectors, LiveVectors
-from jingpai.indexer.vectors import DocumentVectors, Embedder, embedding_text, with_vectors
+from jingpai.indexer.vector_reuse import BatchVectors, LiveVectors, attach_vectors
+from jingpai.indexer.vectors import DocumentVectors, Embedder, with_vectors
 from jingpai.indexer.versions import choose_physical_index
 
 if TYPE_CHECKING:
@@ -230,7 +229,7 @@ def _documents(
     """``(origin, bulk action)`` of every record that makes a document; the others are quarantined."""
     for path in paths:
         records = _good_records(path, settings, quarantine, report)
-        for rec, vector in _with_vectors(records, settings, vectors, doc_id=_id_or_none(builder), report=report):
+        for rec, vector in attach_vectors(records, vectors, settings=settings, doc_id=builder.doc_id_or_none, counts=report):
             try:
                 doc_id, source = builder.build_json(rec.fields, record_bytes=rec.size, vector=vector)
             except Rejection as exc:
@@ -248,51 +247,6 @@ def _good_records(path: str | Path, settings: IndexSettings, quarantine: Quarant
             quarantine.add(rec.source, rec.line, rec.raw, rec.reason, kind=rec.kind, raw_bytes=rec.raw_bytes)
             continue
         yield rec
-
-
-def _id_or_none(builder: DocumentBuilder) -> Callable[[dict], str | None]:
-    def doc_id(fields: dict) -> str | None:
-        try:
-            return builder.doc_id(fields)
-        except Rejection:  # quarantined when its document is built
-            return None
-
-    return doc_id
-
-
-def _with_vectors(
-    records: Iterator[SourceRecord], settings: IndexSettings, vectors: BatchVectors | None,
-    *, doc_id: Callable[[dict], str | None], report: IndexReport,
-) -> Iterator[tuple[SourceRecord, list[float] | None]]:
-    """Each record with its vector (``None`` without vectors), a bulk batch at a time: read back from the live index
-    where it holds the document's unchanged text (:mod:`~jingpai.indexer.vector_reuse`), else embedded.
-
-    The model embeds the next batch on its own thread while this one's documents are built (segmentation, keywords)
-    and the bulk requests of the previous ones are in flight: torch leaves the GIL while it computes, so the
-    encoder and the segmenter overlap instead of taking turns. Order and errors are the batch's own.
-    """
-    if vectors is None:
-        yield from ((rec, None) for rec in records)
-        return
-
-    def batch_vectors(texts: list[str], ids: list[str | None] | None) -> list[list[float] | None]:
-        found, reused = vectors(texts, ids)
-        report.vectors_reused += reused
-        report.vectors_embedded += sum(v is not None for v in found) - reused
-        return found
-
-    with ThreadPoolExecutor(1, thread_name_prefix="jingpai-embed") as pool:
-        pending: tuple[list[SourceRecord], Future[list[list[float] | None]]] | None = None
-        for group in batches(records, settings.batch_size):
-            texts = [embedding_text(rec.fields, settings.text_fields) for rec in group]
-            # ids only to look documents up in the live index: without reuse, build_json alone computes them
-            ids = [doc_id(rec.fields) for rec in group] if vectors.reuse is not None else None
-            submitted = (group, pool.submit(batch_vectors, texts, ids))
-            if pending is not None:
-                yield from zip(pending[0], pending[1].result(), strict=True)
-            pending = submitted
-        if pending is not None:
-            yield from zip(pending[0], pending[1].result(), strict=True)
 
 
 def _finish(

@@ -23,7 +23,7 @@ from jingpai.indexer.bulk import EngineRefusedError, IndexingError
 from jingpai.indexer.checks import alias_state, is_refusal, item_error, item_kind
 from jingpai.indexer.quarantine import Quarantine, entry
 from jingpai.indexer.settings import IndexSettings
-from jingpai.indexer.spark_build import bad_rows, origin_fields, tallies
+from jingpai.indexer.spark_build import bad_rows, count_vectors, origin_fields, tallies
 from jingpai.indexer.spark_settings import SparkIndexSettings
 
 if TYPE_CHECKING:
@@ -79,6 +79,7 @@ def write_with_connector(
     built = built.persist(StorageLevel.MEMORY_AND_DISK)
     try:
         counts = tallies(built)  # fills the cache: the documents are built once, in one job
+        count_vectors(report, counts)
         sent = sum(t["doc"] for t in counts)
         report.read = sent + sum(t["bad"] for t in counts)
         for row in bad_rows(built, counts):

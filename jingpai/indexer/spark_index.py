@@ -30,12 +30,15 @@ from typing import TYPE_CHECKING
 from jingpai.engine.client import Engine
 from jingpai.errors import UserError
 from jingpai.indexer.bulk import EngineRefusedError, EngineUnreachableError, IndexingError
-from jingpai.indexer.pipeline import IndexReport, _finish, _prepare_index, open_run
+from jingpai.indexer.mapping import IndexMeta
+from jingpai.indexer.pipeline import IndexReport, Target, _finish, _prepare_index, open_run
 from jingpai.indexer.quarantine import Quarantine
 from jingpai.indexer.settings import IndexSettings
-from jingpai.indexer.spark_build import BulkPartition, PartitionJob, bad_rows, tallies
+from jingpai.indexer.spark_build import BulkPartition, PartitionJob, PartitionVectors, bad_rows, count_vectors, tallies
 from jingpai.indexer.spark_input import list_files, read_headers, read_lines
 from jingpai.indexer.spark_settings import SparkIndexSettings
+from jingpai.indexer.vector_reuse import LiveVectors
+from jingpai.indexer.vectors import Embedder
 from jingpai.spark import require_pyspark
 
 if TYPE_CHECKING:
@@ -48,10 +51,6 @@ logger = logging.getLogger(__name__)
 
 class ConnectorUnusableError(UserError, ValueError):
     """``--spark-writer connector`` was asked for where the connector cannot write (the message says why)."""
-
-
-class SparkVectorsUnsupportedError(UserError, ValueError):
-    """``--spark`` with ``--vectors``: document vectors are computed by the local indexer only, for now."""
 
 
 def connector_obstacle(engine: Engine, settings: IndexSettings) -> str | None:
@@ -98,6 +97,7 @@ def index_corpus_spark(
     spark_settings: SparkIndexSettings,
     *,
     dictionary: Dictionary | None = None,
+    embedder: Embedder | None = None,
     spark: SparkSession | None = None,
 ) -> IndexReport:
     """:func:`~jingpai.indexer.pipeline.index_corpus` with Spark doing the reading, building and writing.
@@ -108,6 +108,9 @@ def index_corpus_spark(
         settings: the run's options (as for the local path).
         spark_settings: master, writer, connector.
         dictionary: keyword dictionary (``None``: the segmenter's own, no keywords).
+        embedder: the bi-encoder of ``settings.vectors`` (``None``: no vectors), loaded here for the index's
+            ``_meta``; each Python worker loads it again from its folder (the same path must be readable there)
+            and embeds its partition's documents, after reading unchanged ones' vectors back from the live index.
         spark: a running session (``None``: the active one, as it is; without one, a session is started on
             ``spark_settings.master``, with the connector's jars when the connector writes, and stopped afterwards).
 
@@ -119,14 +122,8 @@ def index_corpus_spark(
             :func:`~jingpai.indexer.pipeline.index_corpus`.
         ConnectorUnusableError: ``--spark-writer connector`` where the connector cannot write.
         SparkUnavailable: PySpark or Java is missing.
-        SparkVectorsUnsupportedError: ``settings.vectors`` is set (not supported on Spark yet).
+        EmbedderLoadError: (from a task) the model's folder holds another model where the tasks run.
     """
-    if settings.vectors is not None:
-        raise SparkVectorsUnsupportedError(
-            f"--spark with --vectors {settings.vectors} is not supported yet: document vectors are computed by the "
-            "local indexer only (each Spark executor would have to load the model); run `jingpai index --vectors` "
-            "without --spark"
-        )
     started = time.perf_counter()
     require_pyspark()
     from pyspark.sql import SparkSession
@@ -136,7 +133,7 @@ def index_corpus_spark(
     own = spark is None
     session = spark if spark is not None else _session(engine, spark_settings, writer)
     try:
-        return _run(engine, [str(p) for p in paths], settings, spark_settings, dictionary, session, writer, started)
+        return _run(engine, [str(p) for p in paths], settings, spark_settings, dictionary, embedder, session, writer, started)
     finally:
         if own:
             session.stop()
@@ -153,14 +150,15 @@ def _session(engine: Engine, spark_settings: SparkIndexSettings, writer: str) ->
 # long: the driver's whole run in one place, as index_corpus has it
 def _run(
     engine: Engine, paths: list[str], settings: IndexSettings, spark_settings: SparkIndexSettings,
-    dictionary: Dictionary | None, spark: SparkSession, writer: str, started: float,
+    dictionary: Dictionary | None, embedder: Embedder | None, spark: SparkSession, writer: str, started: float,
 ) -> IndexReport:
     files = read_headers(spark, list_files(spark, paths, settings), settings)  # CorpusError: nothing written yet
     lines = read_lines(spark, files)
     dict_version = dictionary.version if dictionary is not None else None
-    meta, target, quarantine, report = open_run(engine, settings, dict_version)
+    meta, target, quarantine, report = open_run(engine, settings, dict_version, embedder=embedder)
     broadcast = spark.sparkContext.broadcast(dictionary) if dictionary is not None else None
-    job = PartitionJob(report.run_id, settings, meta, {f.source: f for f in files}, broadcast)
+    job = PartitionJob(report.run_id, settings, meta, {f.source: f for f in files}, broadcast,
+                       _partition_vectors(engine, embedder, target, meta, settings))
     try:
         restore = _prepare_index(engine, target, meta, settings)
         logger.info("spark: %s writer, %d files, %d partitions → %s", writer, len(files), lines.rdd.getNumPartitions(), target.physical)
@@ -180,8 +178,19 @@ def _run(
         report.first_lines = {k: list(v) for k, v in quarantine.first_lines.items()}
         if broadcast is not None:
             broadcast.unpersist()
-    _finish(engine, target, report, settings, restore=restore, dict_version=dict_version, started=started)
+    _finish(engine, target, report, settings, restore=restore, dict_version=dict_version, started=started,
+            vector_model=meta.vector_model)
     return report
+
+
+def _partition_vectors(
+    engine: Engine, embedder: Embedder | None, target: Target, meta: IndexMeta, settings: IndexSettings,
+) -> PartitionVectors | None:
+    """What the tasks need for the documents' vectors, the live index to read them back from chosen here, once."""
+    if embedder is None or meta.vector_dims is None:
+        return None
+    live = LiveVectors.choose(engine, target.live_before, target.live_meta, meta, enabled=settings.reuse_vectors)
+    return PartitionVectors(embedder, settings.vector_chunking, engine.url, live.index if live is not None else None, meta.vector_dims)
 
 
 def _collect_bulk(rows, quarantine: Quarantine, report: IndexReport) -> None:  # noqa: ANN001 - an RDD
@@ -191,6 +200,7 @@ def _collect_bulk(rows, quarantine: Quarantine, report: IndexReport) -> None:  #
     rows = rows.persist(StorageLevel.MEMORY_AND_DISK)  # only the bad rows and one sum per partition
     try:
         counts = tallies(rows)
+        count_vectors(report, counts)
         report.read = sum(t["read"] for t in counts)
         report.indexed = sum(t["indexed"] for t in counts)
         for row in bad_rows(rows, counts):
@@ -224,4 +234,4 @@ def _spark_errors(action) -> None:  # noqa: ANN001 - a callable
         ) from exc
 
 
-__all__ = ["ConnectorUnusableError", "SparkVectorsUnsupportedError", "choose_writer", "connector_obstacle", "index_corpus_spark"]
+__all__ = ["ConnectorUnusableError", "choose_writer", "connector_obstacle", "index_corpus_spark"]

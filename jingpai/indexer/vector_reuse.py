@@ -19,11 +19,16 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Protocol
 
 from jingpai.engine.client import DocumentReadError, Engine
+from jingpai.indexer.bulk import batches
 from jingpai.indexer.mapping import META_KEY, VECTOR_FIELD, IndexMeta
+from jingpai.indexer.readers import SourceRecord
+from jingpai.indexer.settings import IndexSettings
 from jingpai.indexer.vectors import DocumentVectors, embedding_text
 
 logger = logging.getLogger(__name__)
@@ -112,6 +117,55 @@ class BatchVectors:
         return found, len(texts) - len(missing)
 
 
+class VectorCounts(Protocol):
+    """Where :func:`attach_vectors` counts the vectors (an :class:`~jingpai.indexer.report.IndexReport`)."""
+
+    vectors_embedded: int
+    vectors_reused: int
+
+
+def attach_vectors(
+    records: Iterator[SourceRecord], vectors: BatchVectors | None, *, settings: IndexSettings,
+    doc_id: Callable[[dict], str | None], counts: VectorCounts,
+) -> Iterator[tuple[SourceRecord, list[float] | None]]:
+    """Each record with its vector (``None`` without vectors), a bulk batch (``settings.batch_size``) at a time.
+
+    The model embeds the next batch on its own thread while this one's documents are built (segmentation, keywords)
+    and the bulk requests of the previous ones are in flight: torch leaves the GIL while it computes, so the
+    encoder and the segmenter overlap instead of taking turns. Order and errors are the batch's own. The local
+    indexer and each ``--spark`` task run the same code.
+
+    Args:
+        records: the records that parsed.
+        vectors: the run's model and live index (``None``: no vectors, records pass through).
+        settings: batch size and text fields.
+        doc_id: a record's document id (``None``: it has none; its document is quarantined when built).
+        counts: gets the vectors embedded and read back added to it.
+    """
+    if vectors is None:
+        yield from ((rec, None) for rec in records)
+        return
+
+    def batch_vectors(texts: list[str], ids: list[str | None] | None) -> list[list[float] | None]:
+        found, reused = vectors(texts, ids)
+        counts.vectors_reused += reused
+        counts.vectors_embedded += sum(v is not None for v in found) - reused
+        return found
+
+    with ThreadPoolExecutor(1, thread_name_prefix="jingpai-embed") as pool:
+        pending: tuple[list[SourceRecord], Future[list[list[float] | None]]] | None = None
+        for group in batches(records, settings.batch_size):
+            texts = [embedding_text(rec.fields, settings.text_fields) for rec in group]
+            # ids only to look documents up in the live index: without reuse, build_json alone computes them
+            ids = [doc_id(rec.fields) for rec in group] if vectors.reuse is not None else None
+            submitted = (group, pool.submit(batch_vectors, texts, ids))
+            if pending is not None:
+                yield from zip(pending[0], pending[1].result(), strict=True)
+            pending = submitted
+        if pending is not None:
+            yield from zip(pending[0], pending[1].result(), strict=True)
+
+
 def _mismatch(live: IndexMeta, meta: IndexMeta) -> str | None:
     if live.vector_model != meta.vector_model:
         return f"they come from model {live.vector_model or '(none)'}, this run's is {meta.vector_model}"
@@ -122,4 +176,4 @@ def _mismatch(live: IndexMeta, meta: IndexMeta) -> str | None:
     return None
 
 
-__all__ = ["BatchVectors", "LiveVectors"]
+__all__ = ["BatchVectors", "LiveVectors", "VectorCounts", "attach_vectors"]

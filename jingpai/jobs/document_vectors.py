@@ -13,6 +13,9 @@ A job because it joins two core packages the layout keeps apart: the indexer (wh
 - The model id is ``<folder name>@<first 12 hex of SHA-256>`` over its config and weights files: two
   folders with the same name but other weights get other ids, and the index's ``_meta`` says which one
   embedded its documents (the gateway must embed queries with the same one).
+- A :class:`ModelEmbedder` pickles as its folder and id (``jingpai index --spark --vectors``: a task's
+  closure carries the path, not the weights): unpickled, it is loaded from that folder once per process
+  and refused when the folder there holds another model (:class:`EmbedderLoadError`).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import platform
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -67,6 +71,9 @@ class ModelEmbedder:
         self.dims = int(probe.shape[1])
         if getattr(getattr(model, "tokenizer", None), "pieces", None) is None or self.window < 4:
             logger.warning("%s has no SentencePiece tokenizer: --vector-chunking mean embeds each text as one window", path)
+
+    def __reduce__(self) -> tuple[Callable[[str, str], ModelEmbedder], tuple[str, str]]:
+        return loaded_in_process, (self.model_path, self.model_id)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """``float32 [N, dims]`` sentence vectors (each text cut to the model's window)."""
@@ -134,4 +141,28 @@ def load_embedder(path: str | Path, *, device: str | None = None) -> ModelEmbedd
     return embedder
 
 
-__all__ = ["EXPECTED", "EmbedderLoadError", "ModelEmbedder", "load_embedder", "model_id"]
+#: the models this process loaded by unpickling, by (folder, id): a Python worker serves many tasks of a run
+_IN_PROCESS: dict[tuple[str, str], ModelEmbedder] = {}
+
+
+def loaded_in_process(path: str, expected_id: str) -> ModelEmbedder:
+    """The bi-encoder of ``path``, loaded once per process; what an unpickled :class:`ModelEmbedder` is.
+
+    Raises:
+        EmbedderLoadError: ``path`` cannot be loaded here, or holds another model than ``expected_id``
+            (the folder changed during the run, or differs on this machine).
+    """
+    key = (path, expected_id)
+    if key not in _IN_PROCESS:
+        embedder = load_embedder(path)
+        if embedder.model_id != expected_id:
+            raise EmbedderLoadError(
+                f"--vectors {path}: this process ({platform.node()}) reads model {embedder.model_id} there, the run "
+                f"started with {expected_id}; the folder changed during the run or differs on this machine"
+            )
+        _IN_PROCESS.clear()  # one run's model at a time: an older one is garbage
+        _IN_PROCESS[key] = embedder
+    return _IN_PROCESS[key]
+
+
+__all__ = ["EXPECTED", "EmbedderLoadError", "ModelEmbedder", "load_embedder", "loaded_in_process", "model_id"]

