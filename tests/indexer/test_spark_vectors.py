@@ -116,3 +116,28 @@ def test_a_spark_rebuild_reads_unchanged_vectors_back(
     assert float(np.dot(after[changed["id"]], before[changed["id"]])) < 0.999
     expected = embedder.encode([embedding_text(changed, TEXT_FIELDS), embedding_text(new, TEXT_FIELDS)])
     np.testing.assert_allclose([after[changed["id"]], after["n1"]], expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-5)
+
+
+def test_a_model_folder_that_changed_under_the_run_fails_it_and_the_alias_stays(
+    spark, vector_engine: Engine, names, articles: list[dict], tmp_path: Path, model_dir: Path,
+) -> None:
+    import shutil
+
+    from jingpai.indexer.bulk import IndexingError
+    from jingpai.jobs.document_vectors import load_embedder
+
+    _, name = names
+    folder = tmp_path / "changing-use-bi"
+    shutil.copytree(model_dir, folder)
+    settings = IndexSettings(index=name, text_fields=TEXT_FIELDS, id_field="id", progress=False, quarantine_dir=tmp_path,
+                             vectors=folder, vector_chunking="first", max_rejected=0.1)
+    good = [r for r in articles if r["id"].startswith("a")]
+    first = index_corpus(vector_engine, [write(tmp_path, good[:10])], replace(settings, vectors=None))  # live, no vectors
+    loaded = load_embedder(folder, device="cpu")  # the driver's model ...
+    config = folder / "jingpai_model.json"
+    config.write_text(config.read_text(encoding="utf-8") + "\n", encoding="utf-8")  # ... is not what the tasks will find
+    with pytest.raises(IndexingError, match=rf"reads model changing-use-bi@\w+ there, the run started with {loaded.model_id}"):
+        index_corpus_spark(vector_engine, [write(tmp_path, good)], settings, SparkIndexSettings(writer="bulk"),
+                           embedder=loaded, spark=spark)
+    assert vector_engine.alias_targets(name) == [first.physical_index]
+    assert vector_engine.count(name) == 10
