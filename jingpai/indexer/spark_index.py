@@ -4,7 +4,8 @@ The driver does what :func:`jingpai.indexer.pipeline.index_corpus` does around t
 physical index choice, mapping, build settings, quarantine file, :func:`~jingpai.indexer.checks.check_build`
 and alias swap (``pipeline._finish``) — and Spark does the rest: reading the input
 (:mod:`jingpai.indexer.spark_input`), segmentation, keywords and keyword weights in the executors with
-the dictionary broadcast once (:mod:`jingpai.indexer.spark_build`), and the writing, with one of two writers:
+the dictionary broadcast once (:mod:`jingpai.indexer.spark_build`), with ``--vectors`` the documents' vectors
+(each Python worker loads the model from its folder), and the writing, with one of two writers:
 
 - ``connector``: the engine's official Spark connector (:mod:`jingpai.engine.connectors`) through its
   Hadoop OutputFormat, ids from ``--id-field``. Documents the engine rejects are written by the
@@ -122,7 +123,8 @@ def index_corpus_spark(
             :func:`~jingpai.indexer.pipeline.index_corpus`.
         ConnectorUnusableError: ``--spark-writer connector`` where the connector cannot write.
         SparkUnavailable: PySpark or Java is missing.
-        EmbedderLoadError: (from a task) the model's folder holds another model where the tasks run.
+        IndexingError: also when a task could not load the model (its :class:`EmbedderLoadError` message: the
+            folder is missing there, or holds another model than the driver loaded); the alias was not moved.
     """
     started = time.perf_counter()
     require_pyspark()
