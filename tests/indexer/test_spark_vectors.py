@@ -61,12 +61,14 @@ def reasons(path: Path) -> dict[str, str]:
     return {e["record"]["id"]: e["reason"] for e in map(json.loads, path.read_text(encoding="utf-8").splitlines())}
 
 
-@pytest.mark.parametrize("writer", ["bulk", "connector"])
+#: the Elasticsearch connector cannot write to the integ-test node (test_spark_index shows why)
+WRITERS = [("opensearch", "connector"), ("opensearch", "bulk"), ("elasticsearch", "bulk")]
+
+
+@pytest.mark.parametrize(("vector_engine", "writer"), WRITERS, indirect=["vector_engine"])
 def test_spark_tasks_embed_the_same_vectors_as_the_local_indexer(
     spark, vector_engine: Engine, names, articles: list[dict], tmp_path: Path, model_dir: Path, embedder, writer: str,
 ) -> None:
-    if writer == "connector" and vector_engine.kind == "elasticsearch":
-        pytest.skip("the Elasticsearch connector cannot write to the integ-test node (test_spark_index shows why)")
     local_name, spark_name = names
     corpus = write(tmp_path, articles)
     settings = IndexSettings(index=local_name, text_fields=TEXT_FIELDS, id_field="id", progress=False, quarantine_dir=tmp_path / "l",
