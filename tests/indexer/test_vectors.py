@@ -141,11 +141,16 @@ def test_a_pickled_embedder_is_its_folder_loaded_once_per_process(model_dir: Pat
     assert (copy.model_id, copy.model_path, copy.dims) == (embedder.model_id, embedder.model_path, embedder.dims)
     texts = [embedding_text(d, ("title", "content")) for d in DOCS]
     np.testing.assert_allclose(copy.encode(texts), embedder.encode(texts), atol=1e-6)
-    # the folder holds another model where it is unpickled (changed, or another machine's copy)
+    # a copy of the same files elsewhere is the same model (under the run's id); other files are refused
     moved = tmp_path / "moved"
     shutil.copytree(model_dir, moved)
-    with pytest.raises(EmbedderLoadError, match=r"reads model moved@\w+ there, the run started with tiny-use-bi@\w+; the folder changed"):
-        loaded_in_process(str(moved), embedder.model_id)
+    assert loaded_in_process(str(moved), embedder.model_id).model_id == embedder.model_id
+    changed = tmp_path / "changed"
+    shutil.copytree(model_dir, changed)
+    config = changed / "jingpai_model.json"
+    config.write_text(config.read_text(encoding="utf-8") + "\n", encoding="utf-8")
+    with pytest.raises(EmbedderLoadError, match=r"reads model changed@\w+ there, the run started with tiny-use-bi@\w+; the folder changed"):
+        loaded_in_process(str(changed), embedder.model_id)
 
 
 def test_chunking_first_and_mean(embedder: ModelEmbedder) -> None:
