@@ -144,14 +144,14 @@ class PartitionJob:
 
         with self._vectors() as vectors:
             for rec, vector in attach_vectors(parsed(), vectors, settings=self.settings, doc_id=builder.doc_id_or_none, counts=counts):
-                yield from self._bad(bad)
+                yield from self._quarantined(bad)
                 try:
                     doc_id, source = builder.build_json(rec.fields, record_bytes=rec.size, vector=vector)
                 except Rejection as exc:
                     yield ("bad", entry(self.run_id, rec.source, rec.line, rec.fields, str(exc)), exc.kind), None
                     continue
                 yield ("doc", doc_id, source, rec.source, rec.line), rec.fields
-            yield from self._bad(bad)
+            yield from self._quarantined(bad)
 
     @contextmanager
     def _vectors(self) -> Iterator[BatchVectors | None]:
@@ -161,7 +161,7 @@ class PartitionJob:
         with self.vectors.open(tuple(self.meta.text_fields)) as vectors:
             yield vectors
 
-    def _bad(self, bad: list[BadRecord]) -> Iterator[tuple[tuple, None]]:
+    def _quarantined(self, bad: list[BadRecord]) -> Iterator[tuple[tuple, None]]:
         for rec in bad:
             yield ("bad", entry(self.run_id, rec.source, rec.line, rec.raw, rec.reason, raw_bytes=rec.raw_bytes), rec.kind), None
         bad.clear()
