@@ -18,7 +18,6 @@ import argparse
 import logging
 import random
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -27,14 +26,10 @@ from bench.common import DATA_DIR, machine  # noqa: E402
 
 
 def read_pairs(path: Path) -> list[tuple[str, str, int]]:
-    """``(q1, q2, label)`` of a ``q1<TAB>q2<TAB>label`` file (other lines skipped)."""
-    pairs = []
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            cols = line.rstrip("\n").split("\t")
-            if len(cols) == 3 and cols[2] in ("0", "1"):
-                pairs.append((cols[0], cols[1], int(cols[2])))
-    return pairs
+    """``(q1, q2, label)`` of a pairs file, read by jingpai's own reader (a malformed line names its file:line)."""
+    from jingpai.reranker.data import read_pairs as read_labelled
+
+    return [(p.query, p.document, int(p.label)) for p in read_labelled(path, label_mode="binary")]
 
 
 def first_hits(pairs: list[tuple[str, str, int]]) -> dict[str, str]:
@@ -60,12 +55,13 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
+    from bench.eval_retrieval import judged_texts, paraphrase_qrels
+
     pairs = read_pairs(DATA_DIR / args.split)
-    judged: dict[str, dict[str, int]] = defaultdict(dict)
-    for q1, q2, label in pairs:
-        judged[q1][q2] = judged[q2][q1] = label
     hits = first_hits(pairs)
-    kinds = {q: {1: "paraphrase", 0: "non-match"}.get(judged[q].get(hit, -1), "unjudged") for q, hit in hits.items()}
+    known = paraphrase_qrels(pairs, hits)
+    judged = judged_texts(pairs, hits)
+    kinds = {q: "paraphrase" if hit in known[q] else "non-match" if hit in judged[q] else "unjudged" for q, hit in hits.items()}
     n = len(kinds)
     print(f"machine: {machine()}; {args.split}: {len(pairs)} pairs, {n} distinct q1 of a positive pair")
     for kind in ("paraphrase", "non-match", "unjudged"):

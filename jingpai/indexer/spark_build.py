@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +33,7 @@ from jingpai.indexer.documents import DocumentBuilder, Rejection
 from jingpai.indexer.mapping import META_KEY, IndexMeta
 from jingpai.indexer.quarantine import QuarantineBuffer, entry
 from jingpai.indexer.readers import BadRecord, SourceRecord
-from jingpai.indexer.settings import IndexSettings, VectorChunking
+from jingpai.indexer.settings import IndexSettings
 from jingpai.indexer.spark_input import InputFile, records
 from jingpai.indexer.vector_reuse import BatchVectors, LiveVectors, VectorCounts, attach_vectors
 from jingpai.indexer.vectors import DocumentVectors, Embedder
@@ -53,35 +53,31 @@ class _VectorTally:
 
 @dataclass(frozen=True)
 class PartitionVectors:
-    """What a task needs to give its documents vectors.
+    """What a task needs, besides the run's settings and the index's meta, to give its documents vectors.
 
     Args:
         embedder: the run's model; it must pickle (a :class:`~jingpai.jobs.document_vectors.ModelEmbedder`
             pickles as its folder and id; :func:`~jingpai.indexer.spark_index.index_corpus_spark` ships the folder).
-        chunking: ``first`` or ``mean``.
         engine_url: the engine (each task opens its own client to read vectors back).
         reuse_from: the live physical index whose unchanged documents keep their vectors (``None``: embed all).
-        dims: the model's dimension (a stored vector of another length is not reused).
     """
 
     embedder: Embedder
-    chunking: VectorChunking
     engine_url: str
     reuse_from: str | None
-    dims: int
 
     @contextmanager
-    def open(self, text_fields: tuple[str, ...]) -> Iterator[BatchVectors]:
+    def open(self, settings: IndexSettings, meta: IndexMeta) -> Iterator[BatchVectors]:
         """The task's :class:`~jingpai.indexer.vector_reuse.BatchVectors` (its engine client closed afterwards)."""
-        model = DocumentVectors(self.embedder, chunking=self.chunking)
-        if self.reuse_from is None:
+        model = DocumentVectors(self.embedder, chunking=settings.vector_chunking)
+        if self.reuse_from is None or meta.vector_dims is None:
             yield BatchVectors(model)
             return
         from jingpai.engine.client import connect
 
         engine = connect(self.engine_url)
         try:
-            yield BatchVectors(model, LiveVectors(engine, self.reuse_from, text_fields=text_fields, dims=self.dims))
+            yield BatchVectors(model, LiveVectors(engine, self.reuse_from, text_fields=meta.text_fields, dims=meta.vector_dims))
         finally:
             engine.close()
 
@@ -142,7 +138,7 @@ class PartitionJob:
                 else:
                     yield rec
 
-        with self._vectors() as vectors:
+        with self.vectors.open(self.settings, self.meta) if self.vectors is not None else nullcontext() as vectors:
             for rec, vector in attach_vectors(parsed(), vectors, settings=self.settings, doc_id=builder.doc_id_or_none, counts=counts):
                 yield from self._quarantined(bad)
                 try:
@@ -152,14 +148,6 @@ class PartitionJob:
                     continue
                 yield ("doc", doc_id, source, rec.source, rec.line), rec.fields
             yield from self._quarantined(bad)
-
-    @contextmanager
-    def _vectors(self) -> Iterator[BatchVectors | None]:
-        if self.vectors is None:
-            yield None
-            return
-        with self.vectors.open(tuple(self.meta.text_fields)) as vectors:
-            yield vectors
 
     def _quarantined(self, bad: list[BadRecord]) -> Iterator[tuple[tuple, None]]:
         for rec in bad:

@@ -209,10 +209,10 @@ def _partition_vectors(
     engine: Engine, embedder: Embedder | None, target: Target, meta: IndexMeta, settings: IndexSettings,
 ) -> PartitionVectors | None:
     """What the tasks need for the documents' vectors, the live index to read them back from chosen here, once."""
-    if embedder is None or meta.vector_dims is None:
+    if embedder is None:
         return None
     live = LiveVectors.choose(engine, target.live_before, target.live_meta, meta, enabled=settings.reuse_vectors)
-    return PartitionVectors(embedder, settings.vector_chunking, engine.url, live.index if live is not None else None, meta.vector_dims)
+    return PartitionVectors(embedder, engine.url, live.index if live is not None else None)
 
 
 def _collect_bulk(rows, quarantine: Quarantine, report: IndexReport) -> None:  # noqa: ANN001 - an RDD
