@@ -1,5 +1,6 @@
 """Async client of an embedding service's TEI ``POST /embed`` (``jingpai serve`` with a bi-encoder such as
-``use-bi``, or Hugging Face TEI) with a timeout, a circuit breaker and a small cache of query vectors.
+``use-bi``, or Hugging Face TEI) with a deadline on each whole call, a bound on the answers it reads
+(:mod:`jingpai.plugin.answers`, the reranker client's rules), a circuit breaker and a small cache of query vectors.
 
 The gateway embeds a hybrid search's query text with it. Every failure becomes :class:`EmbedUnavailable`
 with a short machine-readable ``reason`` (one of :data:`EMBED_REASONS`), which the gateway reports in
@@ -14,17 +15,16 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import math
 import time
 from collections.abc import Callable
 from typing import Literal
 
 import httpx
 from cachetools import LRUCache
-from pydantic import TypeAdapter, ValidationError
-
 from jingpai.errors import UnavailableError
+from jingpai.plugin.answers import MAX_ANSWER_BYTES, BadAnswer, embed_vectors, fetch, json_body
 from jingpai.plugin.rerank_client import CircuitBreaker
 from jingpai.reranker.identity import digest
 
@@ -43,9 +43,6 @@ CACHE_SIZE = 1024
 #: service restarted with other weights is noticed within this time
 IDENTITY_TTL_S = 30.0
 
-_RESPONSE = TypeAdapter(list[list[float]])
-
-
 class EmbedUnavailable(UnavailableError, RuntimeError):
     """The query could not be embedded; ``reason`` says why (the gateway serves BM25 alone)."""
 
@@ -60,15 +57,17 @@ class EmbedClient:
 
     Args:
         url: base URL of the service.
-        timeout_ms: per-request timeout (connect + read); the gateway's ``embed_timeout_ms``.
+        timeout_ms: the deadline of one call, whole (connect, send, wait, read); the gateway's ``embed_timeout_ms``.
         breaker: circuit breaker shared by all requests of this client (default: 3 failures, 10 s).
         clock: monotonic time source of the default breaker and of :attr:`last_took_ms`.
+        max_answer_bytes: the largest answer read; a larger one is a bad response.
     """
 
     def __init__(self, url: str, *, timeout_ms: int, breaker: CircuitBreaker | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_ms / 1000.0
+        self.max_answer_bytes = max_answer_bytes
         self.breaker = breaker or CircuitBreaker(clock=clock, name="embedder")
         self._clock = clock
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s), trust_env=False)
@@ -87,9 +86,10 @@ class EmbedClient:
             return self._identity[1]
         identity = None
         try:
-            resp = await self._client.get(f"{self.url}/info")
-            identity = resp.json().get("vector_model") if resp.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            async with asyncio.timeout(self.timeout_s):
+                answer = await fetch(self._client, "GET", f"{self.url}/info", max_bytes=self.max_answer_bytes)
+            identity = json_body(answer).get("vector_model") if answer.status == 200 else None
+        except (httpx.HTTPError, TimeoutError, BadAnswer, AttributeError) as exc:
             logger.info("embedder at %s: /info did not say which model it serves (%s); the model check is skipped", self.url, exc)
         self._identity = (now, identity if isinstance(identity, str) else None)
         return self._identity[1]
@@ -129,27 +129,30 @@ class EmbedClient:
         return vector
 
     async def _embed(self, text: str, dims: int | None) -> list[float]:
+        """One ``POST /embed`` within ``timeout_ms``, its answer validated."""
         try:
-            resp = await self._client.post(f"{self.url}/embed", json={"inputs": [text], "truncate": True, "normalize": True})
-        except httpx.TimeoutException as exc:
+            async with asyncio.timeout(self.timeout_s):
+                answer = await fetch(self._client, "POST", f"{self.url}/embed", max_bytes=self.max_answer_bytes,
+                                     payload={"inputs": [text], "truncate": True, "normalize": True})
+        except (TimeoutError, httpx.TimeoutException) as exc:
             raise EmbedUnavailable("embed_timeout", f"no answer from {self.url}/embed within {self.timeout_s * 1000:.0f} ms") from exc
         except httpx.HTTPError as exc:
             raise EmbedUnavailable("embed_unreachable", f"{self.url}/embed: {type(exc).__name__}: {exc}") from exc
-        if resp.status_code != 200:
-            reason: EmbedReason = "embed_overloaded" if resp.status_code == 429 else "embed_error"
-            raise EmbedUnavailable(reason, f"{self.url}/embed answered HTTP {resp.status_code}: {resp.text[:200]}")
+        except BadAnswer as exc:
+            raise EmbedUnavailable("embed_bad_response", f"{self.url}/embed: {exc}") from exc
+        if answer.status != 200:
+            reason: EmbedReason = "embed_overloaded" if answer.status == 429 else "embed_error"
+            raise EmbedUnavailable(reason, f"{self.url}/embed answered HTTP {answer.status}: {answer.text()}")
         try:
-            vectors = _RESPONSE.validate_json(resp.content)
-        except ValidationError as exc:
-            raise EmbedUnavailable("embed_bad_response", f"{self.url}/embed: not a list of vectors: {exc.errors()[0]['msg']}") from exc
-        if len(vectors) != 1 or not vectors[0] or not all(math.isfinite(x) for x in vectors[0]):
-            raise EmbedUnavailable("embed_bad_response", f"{self.url}/embed: expected one finite vector, got {len(vectors)} vector(s)")
-        if dims is not None and len(vectors[0]) != dims:
+            (vector,) = embed_vectors(json_body(answer), 1)
+        except BadAnswer as exc:
+            raise EmbedUnavailable("embed_bad_response", f"{self.url}/embed: {exc}") from exc
+        if dims is not None and len(vector) != dims:
             raise EmbedUnavailable(
                 "embed_bad_response",
-                f"{self.url}/embed answered a {len(vectors[0])}-d vector; the index's vectors are {dims}-d (serve the model it was indexed with)",
+                f"{self.url}/embed answered a {len(vector)}-d vector; the index's vectors are {dims}-d (serve the model it was indexed with)",
             )
-        return vectors[0]
+        return vector
 
 
 __all__ = ["CACHE_SIZE", "EMBED_REASONS", "IDENTITY_TTL_S", "EmbedClient", "EmbedReason", "EmbedUnavailable"]

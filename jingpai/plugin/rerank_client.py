@@ -1,12 +1,13 @@
-"""Async client of ``jingpai serve`` or a Hugging Face TEI reranker (``POST /rerank``) with a timeout and a
-circuit breaker.
+"""Async client of ``jingpai serve`` or a Hugging Face TEI reranker (``POST /rerank``) with a deadline on each
+whole call, a bound on the answers it reads, and a circuit breaker.
 
 The served model is read once from ``GET /info`` (TEI's ``model_id``; ``model_name`` of older services),
 and so is TEI's ``max_client_batch_size``: more texts than that are sent as several requests at once.
 
 Every failure becomes :class:`RerankUnavailable` with a short machine-readable ``reason`` (one of
 :data:`REASONS`), which the gateway reports in its ``jingpai.reason`` while returning the engine's order
-(fail-open).
+(fail-open). Answers are read and validated by :mod:`jingpai.plugin.answers`: a wrong one (a score that is
+not finite, indices that are no permutation, another content type, too large) is ``reranker_bad_response``.
 """
 
 from __future__ import annotations
@@ -15,16 +16,17 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
-from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from jingpai.errors import UnavailableError
+from jingpai.plugin.answers import MAX_ANSWER_BYTES, BadAnswer, fetch, json_body, rerank_scores
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 BreakerState = Literal["closed", "open", "half_open"]
 
@@ -48,16 +50,6 @@ class RerankUnavailable(UnavailableError, RuntimeError):
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
-
-
-class RerankItem(BaseModel):
-    """One entry of the TEI ``/rerank`` response."""
-
-    index: int
-    score: float
-
-
-_RESPONSE = TypeAdapter(list[RerankItem])
 
 
 @dataclass(frozen=True)
@@ -157,10 +149,15 @@ class CircuitBreaker:
 class RerankClient:
     """Calls ``POST {url}/rerank`` of ``jingpai serve`` or a Hugging Face TEI reranker (or any TEI-compatible one).
 
+    Every answer is read within ``max_answer_bytes`` and validated by :mod:`jingpai.plugin.answers` (one finite
+    score per text, the indices a permutation); each call — the first one's ``GET /info`` included — ends within
+    ``timeout_ms``: connect, send, wait and read, however slowly the body arrives.
+
     Args:
         url: base URL of the service.
-        timeout_ms: per-request timeout (connect + read); the gateway's ``timeout_ms`` setting.
+        timeout_ms: the deadline of one :meth:`rerank` call, whole; the gateway's ``timeout_ms`` setting.
         breaker: circuit breaker shared by all requests of this client.
+        max_answer_bytes: the largest answer read; a larger one is a bad response.
 
     Example:
         >>> client = RerankClient("http://127.0.0.1:8081", timeout_ms=3000)       # doctest: +SKIP
@@ -168,9 +165,10 @@ class RerankClient:
         [0.91, 0.02]
     """
 
-    def __init__(self, url: str, *, timeout_ms: int, breaker: CircuitBreaker | None = None) -> None:
+    def __init__(self, url: str, *, timeout_ms: int, breaker: CircuitBreaker | None = None, max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_ms / 1000.0
+        self.max_answer_bytes = max_answer_bytes
         self.breaker = breaker or CircuitBreaker()
         self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s), trust_env=False)
         self._served: ServedModel | None = None
@@ -187,27 +185,33 @@ class RerankClient:
         """The served model's name from ``GET /info`` (TEI's ``model_id``; cached; ``None`` if unknown)."""
         if self._served is None:
             try:
-                await self._describe()
+                await self._deadline(self._describe())
             except RerankUnavailable as exc:
                 logger.info("reranker at %s did not describe its model: %s", self.url, exc)
         return self.model_id
 
-    async def _describe(self) -> ServedModel:
-        """``GET /info`` once (a reranker without one is taken as is: no name, no batch limit).
+    def _timed_out(self) -> RerankUnavailable:
+        return RerankUnavailable("reranker_timeout", f"no answer from {self.url} within {self.timeout_s * 1000:.0f} ms")
 
-        Raises:
-            RerankUnavailable: no answer in time, or no connection (``/info`` is the first call to a reranker).
-        """
+    async def _deadline(self, call: Awaitable[T]) -> T:
+        """``call`` ended within ``timeout_ms``, transport failures as :class:`RerankUnavailable`."""
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                return await call
+        except (TimeoutError, httpx.TimeoutException) as exc:
+            raise self._timed_out() from exc
+        except httpx.HTTPError as exc:
+            raise RerankUnavailable("reranker_unreachable", f"{self.url}: {type(exc).__name__}: {exc}") from exc
+
+    async def _describe(self) -> ServedModel:
+        """``GET /info`` once (a reranker without one, or with an answer that is no JSON object within bounds, is
+        taken as is: no name, no batch limit). Transport failures propagate (``/info`` is the first call)."""
         if self._served is None:
             try:
-                resp = await self._client.get(f"{self.url}/info")
-            except httpx.TimeoutException as exc:
-                raise RerankUnavailable("reranker_timeout", f"no answer from {self.url} within {self.timeout_s * 1000:.0f} ms") from exc
-            except httpx.HTTPError as exc:
-                raise RerankUnavailable("reranker_unreachable", f"{self.url}: {type(exc).__name__}: {exc}") from exc
-            try:
-                info = resp.json() if resp.status_code == 200 else None
-            except ValueError:
+                answer = await fetch(self._client, "GET", f"{self.url}/info", max_bytes=self.max_answer_bytes)
+                info = json_body(answer) if answer.status == 200 else None
+            except BadAnswer as exc:
+                logger.info("reranker at %s: /info is not read (%s)", self.url, exc)
                 info = None
             self._served = ServedModel.from_info(info)
             logger.info("reranker at %s serves %s (at most %s texts per request)", self.url, self._served.model_id or "an unnamed model",
@@ -215,7 +219,7 @@ class RerankClient:
         return self._served
 
     async def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
-        """Scores of ``texts`` against ``query``, in input order.
+        """Scores of ``texts`` against ``query``, in input order, within ``timeout_ms``.
 
         Raises:
             RerankUnavailable: breaker open, timeout, connection failure, HTTP error or malformed answer.
@@ -223,41 +227,31 @@ class RerankClient:
         if not self.breaker.allow():
             raise RerankUnavailable("circuit_open", f"reranker at {self.url} failed repeatedly; circuit breaker is open")
         try:
-            served = await self._describe()
-            size = served.max_batch or max(len(texts), 1)
-            parts = await asyncio.gather(*(self._rerank(query, texts[i : i + size]) for i in range(0, len(texts), size)))
+            parts = await self._deadline(self._scores(query, texts))
         except RerankUnavailable:
             self.breaker.record_failure()
             raise
         self.breaker.record_success()
         return [score for part in parts for score in part]
 
+    async def _scores(self, query: str, texts: Sequence[str]) -> list[list[float]]:
+        served = await self._describe()
+        size = served.max_batch or max(len(texts), 1)
+        return await asyncio.gather(*(self._rerank(query, texts[i : i + size]) for i in range(0, len(texts), size)))
+
     async def _rerank(self, query: str, texts: Sequence[str]) -> list[float]:
-        """One ``POST /rerank`` (TEI's request: ``truncate`` on, normalized scores)."""
+        """One ``POST /rerank`` (TEI's request: ``truncate`` on, normalized scores), its answer validated."""
+        payload = {"query": query, "texts": list(texts), "truncate": True, "raw_scores": False, "return_text": False}
         try:
-            resp = await self._client.post(
-                f"{self.url}/rerank",
-                json={"query": query, "texts": list(texts), "truncate": True, "raw_scores": False, "return_text": False},
-            )
-        except httpx.TimeoutException as exc:
-            raise RerankUnavailable("reranker_timeout", f"no answer from {self.url} within {self.timeout_s * 1000:.0f} ms") from exc
-        except httpx.HTTPError as exc:
-            raise RerankUnavailable("reranker_unreachable", f"{self.url}: {type(exc).__name__}: {exc}") from exc
-        if resp.status_code != 200:
-            reason = STATUS_REASON.get(resp.status_code, "reranker_error")
-            raise RerankUnavailable(reason, f"{self.url}/rerank answered HTTP {resp.status_code}: {resp.text[:200]}")
-        try:
-            items = _RESPONSE.validate_json(resp.content)
-            scores = [float("nan")] * len(texts)
-            for item in items:
-                scores[item.index] = item.score
-            if any(s != s for s in scores):
-                raise ValueError(f"expected one score per text ({len(texts)}), got indices {sorted(i.index for i in items)}")
-        except (ValidationError, ValueError, IndexError) as exc:
+            answer = await fetch(self._client, "POST", f"{self.url}/rerank", max_bytes=self.max_answer_bytes, payload=payload)
+            if answer.status != 200:
+                reason = STATUS_REASON.get(answer.status, "reranker_error")
+                raise RerankUnavailable(reason, f"{self.url}/rerank answered HTTP {answer.status}: {answer.text()}")
+            return rerank_scores(json_body(answer), len(texts))
+        except BadAnswer as exc:
             raise RerankUnavailable("reranker_bad_response", f"{self.url}/rerank: {exc}") from exc
-        return scores
 
 
 __all__ = [
-    "REASONS", "STATUS_REASON", "BreakerState", "CircuitBreaker", "Reason", "RerankClient", "RerankItem", "RerankUnavailable", "ServedModel",
+    "REASONS", "STATUS_REASON", "BreakerState", "CircuitBreaker", "Reason", "RerankClient", "RerankUnavailable", "ServedModel",
 ]

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from jingpai.errors import UserError
+from jingpai.plugin.answers import MAX_ANSWER_BYTES
 from jingpai.plugin.augment import KEYWORD_BOOST, SEG_BOOST, WEIGHT_BOOST
 from jingpai.reranker.fusion import FusionError, FusionMode, FusionSpec, ListFusion, ListFusionMode
 
@@ -113,10 +114,11 @@ class GatewaySettings:
         rerank_fields: document fields sent to the reranker, joined by newlines (``None``: the index's
             text fields, e.g. title then content).
         doc_chars: each document's text is cut to this many characters (title + start of content).
-        timeout_ms: reranker call timeout; on timeout the engine order is returned (fail-open, reason
-            ``reranker_timeout``). High enough for a CPU reranker to score ``window`` documents. A search
-            also waits at most this long for a free rerank slot (below) before it is served in the engine's
-            order (reason ``reranker_busy``), so reranking adds at most 2 × ``timeout_ms`` to any request.
+        timeout_ms: the deadline of a whole reranker call (connect, send, wait, read: a trickling body too); past it the
+            engine order is returned (fail-open, ``reranker_timeout``). High enough for a CPU reranker to score ``window``
+            documents. A search also waits at most this long for a free rerank slot (below) before it is served in the
+            engine's order (``reranker_busy``), so reranking adds at most 2 × ``timeout_ms`` to any request.
+        max_answer_bytes: the largest reranker or embedder answer read; a larger one fails open (``*_bad_response``).
         rerank_concurrency: reranker calls in flight at once across the whole gateway; more wait for a slot.
         msearch_rerank_concurrency: reranker calls in flight at once for one ``_msearch`` request, so one
             request of thousands of searches cannot flood the reranker or starve other clients.
@@ -150,8 +152,8 @@ class GatewaySettings:
         rrf_k: the RRF constant.
         embed_url: the embedding service (TEI ``POST /embed``: ``jingpai serve`` with a bi-encoder such as
             ``use-bi``) that embeds a hybrid search's query text (``None``: ``reranker_url``).
-        embed_timeout_ms: embedding call timeout; on timeout the search is served by BM25 alone (fail-open,
-            ``jingpai.hybrid.reason: embed_timeout``).
+        embed_timeout_ms: the deadline of an embedding call, whole; past it the search is served by BM25 alone
+            (fail-open, ``jingpai.hybrid.reason: embed_timeout``).
         hybrid: on an index with document vectors (``jingpai index --vectors``), also run the query as kNN
             and fuse the two candidate lists before reranking (:class:`HybridSpec`).
         hybrid_fusion: ``rrf`` or ``linear`` fusion of the BM25 and kNN lists.
@@ -175,6 +177,7 @@ class GatewaySettings:
     rerank_fields: tuple[str, ...] | None = None
     doc_chars: int = 512
     timeout_ms: int = 3000
+    max_answer_bytes: int = MAX_ANSWER_BYTES
     rerank_concurrency: int = 8
     msearch_rerank_concurrency: int = 4
     expose_internals: bool = False
@@ -214,8 +217,8 @@ class GatewaySettings:
                 raise GatewayConfigError(f"{name} must be an http(s) URL, got {url!r}")
         if self.mode not in GATEWAY_MODES:
             raise GatewayConfigError(f"mode must be one of {', '.join(GATEWAY_MODES)}, got {self.mode!r}")
-        for name in ("window", "max_window", "doc_chars", "timeout_ms", "breaker_failures", "keywords_top_k", "rerank_concurrency",
-                     "msearch_rerank_concurrency", "max_body_depth", "embed_timeout_ms"):
+        for name in ("window", "max_window", "doc_chars", "timeout_ms", "max_answer_bytes", "breaker_failures", "keywords_top_k",
+                     "rerank_concurrency", "msearch_rerank_concurrency", "max_body_depth", "embed_timeout_ms"):
             if getattr(self, name) < 1:
                 raise GatewayConfigError(f"{name} must be >= 1, got {getattr(self, name)!r}")
         if self.window > self.max_window:
@@ -287,6 +290,7 @@ CLI_FLAGS: dict[str, str] = {
     "rerank_fields": "--rerank-fields",
     "doc_chars": "--doc-chars",
     "timeout_ms": "--timeout-ms",
+    "max_answer_bytes": "--max-answer-bytes",
     "rerank_concurrency": "--rerank-concurrency",
     "msearch_rerank_concurrency": "--msearch-rerank-concurrency",
     "expose_internals": "--expose-internals/--no-expose-internals",

@@ -96,3 +96,39 @@ def test_engine_unreachable_is_an_es_style_502(reranker_url: str) -> None:
     error = resp.json()["error"]
     assert error["type"] == "jingpai_engine_unreachable_exception"
     assert error["reason"].startswith("cannot reach the engine: ClientConnectorError")
+
+
+#: the stand-in reranker's wrong answers (tests/vectors/rerank_answers.json) and the log line's detail each must give
+FAULTY = {
+    "infinity": "reranker_bad_response: {url}/rerank: the answer is not readable JSON",
+    "negative_indices": "reranker_bad_response: {url}/rerank: item 0: index -1 is out of range 0..19",
+    "html": "reranker_bad_response: {url}/rerank: the answer's content type is text/html, not application/json",
+    "trickle_one_byte_per_200ms": "reranker_timeout: no answer from {url} within 1000 ms",
+    "padded_40mb_chunked": "reranker_bad_response: {url}/rerank: the answer is larger than 1048576 bytes (max_answer_bytes)",
+}
+
+
+@pytest.mark.parametrize("case", list(FAULTY))
+def test_a_faulty_reranker_fails_open_in_the_engine_order(setup: Setup, dictionary, case: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 53: a score of Infinity was a 500, negative indices were taken, a trickled body held the search ~115 s and a
+    40 MB answer was read whole. Each now answers 200 in the engine's order, with the reason, a log line naming what was
+    wrong, and within the deadline (generous margin: the trickle alone would take ~150 s)."""
+    from bench.standin_reranker import StandIn
+
+    with StandIn(case) as standin:
+        settings = GatewaySettings(engine_url=setup.engine.url, reranker_url=standin.url, window=20, dict_dirs=(dictionary[1],),
+                                   timeout_ms=1000, breaker_failures=100)
+        with serve(create_app(settings)) as gw, caplog.at_level(logging.WARNING, logger="jingpai.plugin.gateway"):
+            engine_order = search(gw.url, setup.index, jingpai="augment")
+            started = time.monotonic()
+            resp = search(gw.url, setup.index)
+            took = time.monotonic() - started
+    assert (resp["jingpai"]["reranked"], resp["jingpai"]["reason"]) == (False, FAULTY[case].split(":")[0])
+    assert ids(resp) == ids(engine_order)
+    assert took < 1.0 + 3.0, f"{case} held the search {took:.1f} s"
+    warnings = [r.getMessage() for r in caplog.records if r.name == "jingpai.plugin.gateway"]
+    assert [w for w in warnings if w.startswith("serving engine order")] == [
+        "serving engine order (fail-open): " + FAULTY[case].format(url=standin.url) + (
+            "; to let the reranker finish raise --timeout-ms (env JINGPAI_GATEWAY_TIMEOUT_MS, config key timeout_ms)"
+            if case.startswith("trickle") else "")
+    ]

@@ -147,7 +147,7 @@ class HybridSearcher:
 
     def __init__(self, settings: GatewaySettings, *, fetch: Fetch, kind: Callable[[], str | None]) -> None:
         url = settings.embedder_url
-        self.client = EmbedClient(url, timeout_ms=settings.embed_timeout_ms) if url else None
+        self.client = EmbedClient(url, timeout_ms=settings.embed_timeout_ms, max_answer_bytes=settings.max_answer_bytes) if url else None
         self._fetch = fetch
         self._kind = kind
 

@@ -47,7 +47,8 @@ class BoundedReranker:
             raise ValueError("BoundedReranker needs settings.reranker_url")
         self.settings = settings
         breaker = CircuitBreaker(failure_threshold=settings.breaker_failures, reset_timeout_s=settings.breaker_reset_s)
-        self.client = RerankClient(settings.reranker_url, timeout_ms=settings.timeout_ms, breaker=breaker)
+        self.client = RerankClient(settings.reranker_url, timeout_ms=settings.timeout_ms, breaker=breaker,
+                                   max_answer_bytes=settings.max_answer_bytes)
         self.observe = observe
         self._slots: asyncio.Semaphore | None = None
         self._slots_loop: asyncio.AbstractEventLoop | None = None
