@@ -31,6 +31,8 @@ from jingpai.errors import JingpaiError
 #: about 20 KB, a 4096-d vector about 90 KB
 MAX_ANSWER_BYTES = 1 << 20
 JSON_TYPE = "application/json"
+#: the deepest nesting of an answer read (a ranking nests 2: a list of objects)
+MAX_DEPTH = 32
 
 
 class BadAnswer(JingpaiError, ValueError):
@@ -88,15 +90,36 @@ def json_body(answer: Answer) -> Any:
     """The answer's JSON value.
 
     Raises:
-        BadAnswer: another content type than ``application/json``, or no JSON (``NaN``, ``Infinity`` included).
+        BadAnswer: another content type than ``application/json``, no JSON (``NaN``, ``Infinity`` included), or
+            JSON nested deeper than :data:`MAX_DEPTH`.
     """
     mime = (answer.content_type or "").split(";")[0].strip().lower()
     if mime != JSON_TYPE:
         raise BadAnswer(f"the answer's content type is {mime or '(none)'}, not {JSON_TYPE}")
     try:
-        return json.loads(answer.body, parse_constant=_no_constant)
-    except (ValueError, RecursionError) as exc:
+        value = json.loads(answer.body, parse_constant=_no_constant)
+    except RecursionError as exc:
+        raise BadAnswer(too_deep()) from exc
+    except ValueError as exc:
         raise BadAnswer("the answer is not readable JSON") from exc
+    if _depth(value) > MAX_DEPTH:
+        raise BadAnswer(too_deep())
+    return value
+
+
+def too_deep() -> str:
+    return f"the answer nests deeper than {MAX_DEPTH} levels"
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and objects nest in ``value`` (iteratively: the value may be as deep as the parser allowed)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, level = stack.pop()
+        if isinstance(node, (list, dict)):
+            deepest = max(deepest, level)
+            stack.extend((child, level + 1) for child in (node.values() if isinstance(node, dict) else node))
+    return deepest
 
 
 def _integer(value: Any) -> bool:
@@ -160,4 +183,4 @@ def embed_vectors(data: Any, count: int) -> list[list[float]]:
     return [[float(x) for x in vector] for vector in data]
 
 
-__all__ = ["JSON_TYPE", "MAX_ANSWER_BYTES", "Answer", "BadAnswer", "embed_vectors", "fetch", "json_body", "rerank_scores", "too_large"]
+__all__ = ["JSON_TYPE", "MAX_ANSWER_BYTES", "MAX_DEPTH", "Answer", "BadAnswer", "embed_vectors", "fetch", "json_body", "rerank_scores", "too_large"]

@@ -61,3 +61,16 @@ def test_the_java_tests_cover_the_circuit_breaker(build: subprocess.CompletedPro
     report = PROJECT / "target" / "surefire-reports" / "TEST-io.jingpai.opensearch.CircuitBreakerTest.xml"
     suite = ET.parse(report).getroot()
     assert int(suite.get("tests", "0")) >= 5 and suite.get("failures") == "0" and suite.get("errors") == "0"
+
+
+def test_the_java_tests_replay_the_bad_reranker_answers(build: subprocess.CompletedProcess) -> None:
+    """RerankAnswersTest: every case of tests/vectors/rerank_answers.json (test_rerank_answers.py) served by a stand-in on
+    loopback and read by the plugin's RerankClient: the gateway client's scores, or its reason and message, within the deadline."""
+    import json
+
+    assert build.returncode == 0, f"mvn package failed:\n{(build.stdout + build.stderr)[-6000:]}"
+    report = PROJECT / "target" / "surefire-reports" / "TEST-io.jingpai.opensearch.RerankAnswersTest.xml"
+    suite = ET.parse(report).getroot()
+    cases = json.loads((PROJECT.parents[1] / "tests" / "vectors" / "rerank_answers.json").read_text(encoding="utf-8"))["cases"]
+    assert int(suite.get("tests", "0")) == len(cases) + 1, "one dynamic test per case, and the default bound's"
+    assert suite.get("failures") == "0" and suite.get("errors") == "0" and suite.get("skipped") == "0"

@@ -1,7 +1,10 @@
 /*
  * jingpai: the reranker client (jingpai/plugin/rerank_client.py) in Java: POST {url}/rerank of `jingpai serve` or
  * a TEI reranker, GET /info once for the model and its batch limit, every failure a short machine-readable reason,
- * behind a circuit breaker (while it is open: `circuit_open` at once, nothing sent).
+ * behind a circuit breaker (while it is open: `circuit_open` at once, nothing sent). Each call has one deadline,
+ * timeout_ms, on the whole of it (the first call's /info, connect, send, wait, read: a body that trickles in too);
+ * past it the call fails `reranker_timeout` and its exchanges are cancelled. Answers are read up to max_answer_bytes
+ * and validated by Answers (the gateway's rules and messages).
  */
 package io.jingpai.opensearch;
 
@@ -17,15 +20,21 @@ import java.security.AccessController;
 import java.security.PrivilegedAction;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletionException;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.ThreadFactory;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 
 import org.opensearch.common.xcontent.XContentHelper;
@@ -33,9 +42,6 @@ import org.opensearch.common.xcontent.XContentType;
 import org.opensearch.common.xcontent.json.JsonXContent;
 import org.opensearch.core.common.bytes.BytesArray;
 import org.opensearch.core.xcontent.XContentBuilder;
-import org.opensearch.core.xcontent.XContentParser;
-import org.opensearch.core.xcontent.DeprecationHandler;
-import org.opensearch.core.xcontent.NamedXContentRegistry;
 
 /** Async client of {@code POST /rerank}; failures complete exceptionally with {@link Unavailable}. */
 public class RerankClient {
@@ -51,6 +57,7 @@ public class RerankClient {
 
     private final String url;
     private final Duration timeout;
+    private final long maxAnswerBytes;
     private final HttpClient http;
     private volatile String modelId;
     private volatile Integer maxBatch;
@@ -74,8 +81,14 @@ public class RerankClient {
      * breaker and slots of the URL).
      */
     public RerankClient(String url, int timeoutMs, CircuitBreaker breaker, RerankSlots slots) {
+        this(url, timeoutMs, breaker, slots, Answers.DEFAULT_MAX_BYTES);
+    }
+
+    /** As above, reading answers of at most {@code maxAnswerBytes} (a larger one is reranker_bad_response). */
+    public RerankClient(String url, int timeoutMs, CircuitBreaker breaker, RerankSlots slots, long maxAnswerBytes) {
         this.url = url.replaceAll("/+$", "");
         this.timeout = Duration.ofMillis(timeoutMs);
+        this.maxAnswerBytes = maxAnswerBytes;
         this.breaker = breaker;
         this.slots = slots;
         this.http = AccessController.doPrivileged((PrivilegedAction<HttpClient>) () ->
@@ -101,6 +114,31 @@ public class RerankClient {
         }
     };
     private static final ExecutorService EXECUTOR = Executors.newCachedThreadPool(THREADS);
+    /** The calls' deadlines: one thread of THREADS, made on the first call; a call that ends first cancels its timer. */
+    private static final ScheduledThreadPoolExecutor DEADLINES = deadlines();
+
+    private static ScheduledThreadPoolExecutor deadlines() {
+        ScheduledThreadPoolExecutor timer = new ScheduledThreadPoolExecutor(1, THREADS);
+        timer.setRemoveOnCancelPolicy(true);
+        return timer;
+    }
+
+    /** One call: its outcome, and the exchanges it started (cancelled when it ends, at its deadline too). */
+    private static final class Call {
+        final CompletableFuture<double[]> outcome = new CompletableFuture<>();
+        /** Done once the call ended (the bodies still arriving stop being read). */
+        final CompletableFuture<Void> over = new CompletableFuture<>();
+        final AtomicBoolean ended = new AtomicBoolean();
+        final List<CompletableFuture<?>> exchanges = new CopyOnWriteArrayList<>();
+        volatile ScheduledFuture<?> deadline;
+
+        void track(CompletableFuture<?> exchange) {
+            exchanges.add(exchange);
+            if (over.isDone()) {
+                exchange.cancel(true);
+            }
+        }
+    }
 
     public String modelId() {
         return modelId;
@@ -120,41 +158,60 @@ public class RerankClient {
      * other outcome is recorded by the breaker (as the gateway's client does).
      */
     public CompletableFuture<double[]> rerank(String query, List<String> texts) {
-        return slots.acquire(timeout.toMillis()).thenCompose(held -> {
-            CompletableFuture<double[]> call = guarded(query, texts);
-            call.whenComplete((scores, exc) -> slots.release());
-            return call;
-        });
+        return slots.acquire(timeout.toMillis()).thenCompose(held -> guarded(query, texts));
     }
 
+    /** The call with a slot held; the slot is given back before its outcome is told (so a caller sees it free). */
     private CompletableFuture<double[]> guarded(String query, List<String> texts) {
         if (!breaker.allow()) {
+            slots.release();
             return CompletableFuture.failedFuture(
                 new Unavailable("circuit_open", "reranker at " + url + " failed repeatedly; circuit breaker is open"));
         }
-        CompletableFuture<double[]> call;
+        Call call = new Call();
+        call.deadline = DEADLINES.schedule(() -> end(call, null, timedOut()), timeout.toMillis(), TimeUnit.MILLISECONDS);
         try {
-            call = call(query, texts);
+            call(query, texts, call).whenComplete((scores, exc) -> end(call, scores, exc == null ? null : failure(exc)));
         } catch (RuntimeException e) {
-            breaker.recordFailure();
-            return CompletableFuture.failedFuture(failure(e));
+            end(call, null, failure(e));
         }
-        return call.whenComplete((scores, exc) -> {
-            if (exc != null) {
-                breaker.recordFailure();
-            } else {
-                breaker.recordSuccess();
-            }
-        });
+        return call.outcome;
     }
 
-    private CompletableFuture<double[]> call(String query, List<String> texts) {
-        CompletableFuture<Void> ready = described ? CompletableFuture.completedFuture(null) : describe();
+    /** The call's end, once (its answer or its deadline, whichever comes first): exchanges cancelled, the slot freed, the breaker told. */
+    private void end(Call call, double[] scores, Unavailable failure) {
+        if (!call.ended.compareAndSet(false, true)) {
+            return;
+        }
+        ScheduledFuture<?> deadline = call.deadline;
+        if (deadline != null) {
+            deadline.cancel(false);
+        }
+        call.over.complete(null);
+        for (CompletableFuture<?> exchange : call.exchanges) {
+            exchange.cancel(true);
+        }
+        slots.release();
+        if (failure != null) {
+            breaker.recordFailure();
+            call.outcome.completeExceptionally(failure);
+        } else {
+            breaker.recordSuccess();
+            call.outcome.complete(scores);
+        }
+    }
+
+    private Unavailable timedOut() {
+        return new Unavailable("reranker_timeout", "no answer from " + url + " within " + timeout.toMillis() + " ms");
+    }
+
+    private CompletableFuture<double[]> call(String query, List<String> texts, Call call) {
+        CompletableFuture<Void> ready = described ? CompletableFuture.completedFuture(null) : describe(call);
         return ready.thenCompose(ignored -> {
             int size = maxBatch != null ? maxBatch : Math.max(texts.size(), 1);
             List<CompletableFuture<double[]>> parts = new ArrayList<>();
             for (int i = 0; i < texts.size(); i += size) {
-                parts.add(post(query, texts.subList(i, Math.min(i + size, texts.size()))));
+                parts.add(post(query, texts.subList(i, Math.min(i + size, texts.size())), call));
             }
             return CompletableFuture.allOf(parts.toArray(new CompletableFuture<?>[0])).thenApply(v -> {
                 double[] out = new double[texts.size()];
@@ -169,20 +226,28 @@ public class RerankClient {
         });
     }
 
-    private <T> CompletableFuture<HttpResponse<T>> send(HttpRequest request, HttpResponse.BodyHandler<T> handler) {
-        return AccessController.doPrivileged((PrivilegedAction<CompletableFuture<HttpResponse<T>>>) () -> http.sendAsync(request, handler))
-            .exceptionally(exc -> {
-                throw new CompletionException(failure(exc));
-            });
+    private CompletableFuture<HttpResponse<byte[]>> send(HttpRequest request, Call call) {
+        CompletableFuture<HttpResponse<byte[]>> exchange = AccessController.doPrivileged(
+            (PrivilegedAction<CompletableFuture<HttpResponse<byte[]>>>) () -> http.sendAsync(request, Answers.bounded(maxAnswerBytes, call.over)));
+        call.track(exchange);
+        return exchange;
     }
 
     private Unavailable failure(Throwable exc) {
-        Throwable cause = exc instanceof CompletionException && exc.getCause() != null ? exc.getCause() : exc;
-        if (cause instanceof Unavailable u) {
-            return u;
+        Throwable cause = exc;
+        while ((cause instanceof CompletionException || cause instanceof ExecutionException) && cause.getCause() != null) {
+            cause = cause.getCause();
         }
-        if (cause instanceof HttpTimeoutException) {
-            return new Unavailable("reranker_timeout", "no answer from " + url + " within " + timeout.toMillis() + " ms");
+        for (Throwable c = cause; c != null; c = c.getCause()) {
+            if (c instanceof Unavailable u) {
+                return u;
+            }
+            if (c instanceof Answers.BadAnswer bad) {
+                return new Unavailable("reranker_bad_response", url + "/rerank: " + bad.getMessage());
+            }
+        }
+        if (cause instanceof HttpTimeoutException || cause instanceof CancellationException) {
+            return timedOut();
         }
         if (cause instanceof ConnectException || cause instanceof IOException) {
             return new Unavailable("reranker_unreachable", url + ": " + cause.getClass().getSimpleName() + ": " + cause.getMessage());
@@ -190,37 +255,50 @@ public class RerankClient {
         return new Unavailable("reranker_unreachable", url + ": " + cause);
     }
 
-    private CompletableFuture<Void> describe() {
-        HttpRequest request = HttpRequest.newBuilder(URI.create(url + "/info")).timeout(timeout).GET().build();
-        return send(request, HttpResponse.BodyHandlers.ofByteArray()).thenAccept(resp -> {
-            if (resp.statusCode() == 200) {
-                try {
-                    Map<String, Object> info = parseMap(resp.body());
-                    for (String key : List.of("model_id", "model_name", "model", "name")) {
-                        Object v = info.get(key);
-                        if (v instanceof Map<?, ?> m) {
-                            v = m.get("name");
-                        }
-                        if (v != null && !"".equals(v)) {
-                            modelId = String.valueOf(v);
-                            break;
-                        }
-                    }
-                    Object limits = info.get("limits");
-                    Object batch = info.containsKey("max_client_batch_size") ? info.get("max_client_batch_size")
-                        : (limits instanceof Map<?, ?> l ? l.get("max_docs") : null);
-                    if (batch instanceof Integer b && b > 0) {
-                        maxBatch = b;
-                    }
-                } catch (IOException | RuntimeException ignored) {
-                    // a reranker whose /info is no JSON object is taken as is: no name, no batch limit
+    private CompletableFuture<Void> describe(Call call) {
+        HttpRequest request = HttpRequest.newBuilder(URI.create(url + "/info")).timeout(timeout).header("accept-encoding", "identity").GET().build();
+        return send(request, call).handle((resp, exc) -> {
+            if (exc != null) {
+                Unavailable u = failure(exc);
+                if (!u.reason.equals("reranker_bad_response")) {
+                    throw new CompletionException(u);
                 }
+                // an /info too large or compressed is not read: the reranker is taken as is
+            } else if (resp.statusCode() == 200) {
+                readInfo(resp);
             }
             described = true;
+            return null;
         });
     }
 
-    private CompletableFuture<double[]> post(String query, List<String> texts) {
+    private void readInfo(HttpResponse<byte[]> resp) {
+        try {
+            if (!(Answers.json(resp.headers().firstValue("content-type").orElse(null), resp.body()) instanceof Map<?, ?> info)) {
+                return;
+            }
+            for (String key : List.of("model_id", "model_name", "model", "name")) {
+                Object v = info.get(key);
+                if (v instanceof Map<?, ?> m) {
+                    v = m.get("name");
+                }
+                if (v != null && !"".equals(v)) {
+                    modelId = String.valueOf(v);
+                    break;
+                }
+            }
+            Object limits = info.get("limits");
+            Object batch = info.containsKey("max_client_batch_size") ? info.get("max_client_batch_size")
+                : (limits instanceof Map<?, ?> l ? l.get("max_docs") : null);
+            if (batch instanceof Integer b && b > 0) {
+                maxBatch = b;
+            }
+        } catch (RuntimeException ignored) {
+            // a reranker whose /info is no JSON object is taken as is: no name, no batch limit
+        }
+    }
+
+    private CompletableFuture<double[]> post(String query, List<String> texts, Call call) {
         byte[] body;
         try (XContentBuilder b = JsonXContent.contentBuilder()) {
             b.startObject().field("query", query).field("texts", texts).field("truncate", true).field("raw_scores", false)
@@ -230,35 +308,23 @@ public class RerankClient {
             return CompletableFuture.failedFuture(new Unavailable("reranker_error", e.toString()));
         }
         HttpRequest request = HttpRequest.newBuilder(URI.create(url + "/rerank")).timeout(timeout)
-            .header("content-type", "application/json").POST(HttpRequest.BodyPublishers.ofByteArray(body)).build();
-        return send(request, HttpResponse.BodyHandlers.ofByteArray()).thenApply(resp -> scores(resp.statusCode(), resp.body(), texts.size()));
+            .header("content-type", "application/json").header("accept-encoding", "identity")
+            .POST(HttpRequest.BodyPublishers.ofByteArray(body)).build();
+        return send(request, call).thenApply(resp -> scores(resp.statusCode(), resp.headers().firstValue("content-type").orElse(null),
+            resp.body(), texts.size()));
     }
 
-    /** The scores of one {@code /rerank} answer, in input order. */
-    double[] scores(int status, byte[] body, int n) {
+    /** The scores of one {@code /rerank} answer, in input order (the shared vectors' rules). */
+    double[] scores(int status, String contentType, byte[] body, int n) {
         if (status != 200) {
             String reason = status == 429 ? "reranker_overloaded" : status == 424 ? "reranker_inference_failed" : "reranker_error";
-            String text = new String(body, StandardCharsets.UTF_8);
+            String text = new String(body, 0, Math.min(body.length, 800), StandardCharsets.UTF_8);
             throw new Unavailable(reason, url + "/rerank answered HTTP " + status + ": " + text.substring(0, Math.min(200, text.length())));
         }
-        try (XContentParser parser = JsonXContent.jsonXContent.createParser(NamedXContentRegistry.EMPTY,
-            DeprecationHandler.THROW_UNSUPPORTED_OPERATION, body)) {
-            List<Object> items = parser.list();
-            double[] scores = new double[n];
-            Arrays.fill(scores, Double.NaN);
-            for (Object item : items) {
-                Map<?, ?> m = (Map<?, ?>) item;
-                int index = ((Number) m.get("index")).intValue();
-                scores[index] = ((Number) m.get("score")).doubleValue();
-            }
-            for (double s : scores) {
-                if (Double.isNaN(s)) {
-                    throw new IllegalArgumentException("expected one score per text (" + n + ")");
-                }
-            }
-            return scores;
-        } catch (IOException | RuntimeException e) {
-            throw new Unavailable("reranker_bad_response", url + "/rerank: " + e);
+        try {
+            return Answers.rerankScores(Answers.json(contentType, body), n);
+        } catch (Answers.BadAnswer e) {
+            throw new Unavailable("reranker_bad_response", url + "/rerank: " + e.getMessage());
         }
     }
 

@@ -98,7 +98,7 @@ public final class RerankProcessor {
 
     /** The settings of one jingpai_rerank (defaults: the gateway's). */
     public record Settings(String url, int window, int maxWindow, List<String> fields, int docChars, int timeoutMs, Fusion fusion,
-                           int breakerFailures, double breakerResetS, int rerankConcurrency) {
+                           int breakerFailures, double breakerResetS, int rerankConcurrency, long maxAnswerBytes) {
         static Settings read(String tag, Map<String, Object> config, List<String> allowedHosts) {
             String url = ConfigurationUtils.readStringProperty(TYPE, tag, config, "reranker_url");
             String host = URI.create(url).getHost();
@@ -124,9 +124,11 @@ public final class RerankProcessor {
             double breakerResetS = breakerResetS(tag, config.remove("breaker_reset_s"));
             int concurrency = positiveInteger(tag, config.remove("rerank_concurrency"), "rerank_concurrency", RerankSlots.DEFAULT_CONCURRENCY,
                 "reranker calls in flight at once on this node");
+            long maxAnswerBytes = positiveInteger(tag, config.remove("max_answer_bytes"), "max_answer_bytes", (int) Answers.DEFAULT_MAX_BYTES,
+                "the largest reranker answer read; a larger one fails open");
             try {
                 return new Settings(url, window, maxWindow, fields, docChars, timeoutMs, new Fusion(mode, weight, rrfK), breakerFailures,
-                    breakerResetS, concurrency);
+                    breakerResetS, concurrency, maxAnswerBytes);
             } catch (IllegalArgumentException e) {
                 throw ConfigurationUtils.newConfigurationException(TYPE, tag, "fusion", e.getMessage());
             }
@@ -422,7 +424,8 @@ public final class RerankProcessor {
             Settings settings = Settings.read(tag, config, allowedHosts);
             CircuitBreaker breaker = CircuitBreaker.shared(settings.url(), settings.breakerFailures(), settings.breakerResetS());
             RerankSlots slots = RerankSlots.shared(settings.url(), settings.rerankConcurrency());
-            return new Response(tag, description, ignoreFailure, settings, new RerankClient(settings.url(), settings.timeoutMs(), breaker, slots));
+            return new Response(tag, description, ignoreFailure, settings, new RerankClient(settings.url(), settings.timeoutMs(), breaker, slots,
+                settings.maxAnswerBytes()));
         }
     }
 }

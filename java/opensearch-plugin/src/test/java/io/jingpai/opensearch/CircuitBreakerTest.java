@@ -133,6 +133,7 @@ class CircuitBreakerTest {
             reranks.incrementAndGet();
             exchange.getRequestBody().readAllBytes();
             byte[] body = (healthy.get() ? "[{\"index\":1,\"score\":0.25},{\"index\":0,\"score\":0.75}]" : "boom").getBytes(StandardCharsets.UTF_8);
+            exchange.getResponseHeaders().add("Content-Type", "application/json");
             exchange.sendResponseHeaders(healthy.get() ? 200 : 500, body.length);
             exchange.getResponseBody().write(body);
             exchange.close();

@@ -113,6 +113,7 @@ class RerankSlotsTest {
                 Thread.currentThread().interrupt();
             }
             byte[] body = "[{\"index\":0,\"score\":0.5}]".getBytes(StandardCharsets.UTF_8);
+            exchange.getResponseHeaders().add("Content-Type", "application/json");
             exchange.sendResponseHeaders(200, body.length);
             exchange.getResponseBody().write(body);
             exchange.close();
