@@ -31,7 +31,7 @@ DATA_DIR = Path(os.environ.get("JINGPAI_DATA_DIR", REPO.parent / "shared" / "dat
 RAW_BM25 = "BM25, raw field (engine direct)"
 AUGMENTED_BM25 = "BM25 + dictionary augmentation (gateway, rerank off)"
 
-SECTIONS: tuple[str, ...] = ("retrieval", "hybrid", "microblog", "qa", "negatives", "speed")
+SECTIONS: tuple[str, ...] = ("retrieval", "hybrid", "judged", "microblog", "qa", "negatives", "speed")
 Mode = Literal["quick", "full"]
 FirstStage = Literal["ql", "bm25", "both"]
 FIRST_STAGES: tuple[str, ...] = ("ql", "bm25", "both")
@@ -48,7 +48,23 @@ DATA_KEYS: dict[str, tuple[tuple[str, ...], str]] = {
     "microblog.2011": (("en", "microblog", "trec-2011"), "folder: a.toks, b.toks, sim.txt, id.txt (TREC run lines)"),
     "microblog.2012": (("en", "microblog", "trec-2012"), "folder: a.toks, b.toks, sim.txt, id.txt (TREC run lines)"),
     "negatives.pawsx": (("zh", "pawsx", "dev.tsv"), "file: id<TAB>s1<TAB>s2<TAB>label with a header line"),
+    # the judged sets of section ``judged`` (issue 52): folders read by jingpai.reranker.judged.read_judged
+    "a14": (("zh", "a14_stock_news"), "folder: articles.jsonl, entity-meta-dev.tsv, qrels-dev.tsv"),
+    "qbqtc": (("zh", "qbqtc"), "folder: corpus.jsonl, queries-dev.tsv, qrels-dev.tsv"),
+    "kuake": (("zh", "kuake_qtr"), "folder: corpus.jsonl, queries-dev.tsv, qrels-dev.tsv"),
 }
+#: the ``--data`` keys without a ``section.`` prefix, by the section that reads them
+UNPREFIXED_DATA_KEYS: dict[str, str] = {"a14": "judged", "qbqtc": "judged", "kuake": "judged"}
+
+
+def data_section(key: str) -> str:
+    """The section a ``--data`` key belongs to: its prefix (``retrieval.lcqmc`` → ``retrieval``), or the section
+    of an unprefixed key (``a14`` → ``judged``).
+
+    >>> data_section("qa.trecqa"), data_section("kuake")
+    ('qa', 'judged')
+    """
+    return UNPREFIXED_DATA_KEYS.get(key) or key.split(".")[0]
 
 
 class ReportError(RuntimeError):
@@ -274,7 +290,7 @@ class ReportSettings:
 
     def override_args(self, section: str | None = None) -> list[str]:
         """CLI arguments that reproduce this run's overrides (``section``: only its ``--data`` keys)."""
-        args = [f"--data {k}={v}" for k, v in self.data.items() if section is None or k.startswith(f"{section}.")]
+        args = [f"--data {k}={v}" for k, v in self.data.items() if section is None or data_section(k) == section]
         # --microblog-first-stage is left out on purpose: a row's command is also its merge key in
         # save_table, and the default (both) reruns every microblog row, so one row keeps one command
         args += [f"--{n.replace('_', '-')} {v}" for n, v in self.train_overrides().items()]

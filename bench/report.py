@@ -1,7 +1,8 @@
 """``python -m bench report``: reproduce the papers' tables end to end and write ``docs/RESULTS.md``.
 
 Sections (``--sections``, default all): ``retrieval`` (keyword-attentive Table 3, LCQMC/AFQMC/BQ dev on
-OpenSearch and Elasticsearch through the gateway, and pair classification on their dev splits), ``microblog`` (HCAN Table 3, TREC Microblog rerank),
+OpenSearch and Elasticsearch through the gateway, and pair classification on their dev splits), ``hybrid`` (BM25 + kNN),
+``judged`` (A14 / QBQTC / KUAKE-QTR dev, judged-only metrics: bench/eval_judged.py), ``microblog`` (HCAN Table 3, TREC Microblog rerank),
 ``qa`` (HCAN/BERTCA Table 2, TrecQA/WikiQA), ``negatives`` (keyword-attentive Table 6, PAWS-X) and
 ``speed`` (the bench/ scripts' ratios). ``--quick`` uses small slices and tiny models (minutes on
 2 cores; the test runs it); the full mode produced docs/RESULTS.md.
@@ -14,6 +15,10 @@ Examples:
     python -m bench report --sections retrieval --opensearch http://127.0.0.1:9250 --elasticsearch http://127.0.0.1:9251
     python -m bench report --render-only
     python -m bench report --sections microblog --microblog-first-stage ql --data microblog.2011=DIR --max-steps 100
+    python -m bench report --quick --sections judged --only judged.a14 --data a14=DIR
+
+``docs/results/summary.json`` (next to the Markdown, in its ``results/`` folder) holds one record per data set, split,
+engine and system of the judged section (:func:`bench.judged_metrics.summary_records`), with its metrics and rerun command.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ logger = logging.getLogger(__name__)
 SECTION_MODULES = {
     "retrieval": "bench.eval_retrieval",
     "hybrid": "bench.eval_hybrid",
+    "judged": "bench.eval_judged",
     "microblog": "bench.eval_microblog",
     "qa": "bench.eval_qa",
     "negatives": "bench.eval_negatives",
@@ -41,6 +47,7 @@ SECTION_MODULES = {
 SECTION_TITLES = {
     "retrieval": "1. Keyword-enhanced retrieval (keyword-attentive BERT paper, Table 3)",
     "hybrid": "1c. Hybrid first stage: BM25 + kNN before the rerank (issue 32)",
+    "judged": "1d. Judged Chinese search: A14 stock news, QBQTC, KUAKE-QTR (issue 52)",
     "microblog": "2. Reranking a first-stage run: TREC Microblog (HCAN paper, Table 3)",
     "qa": "3. Answer selection (HCAN Table 2 / BERTCA Table 2)",
     "negatives": "4. Negative sampling (keyword-attentive BERT paper, Table 6)",
@@ -80,8 +87,9 @@ every section on small slices in minutes.
 **How to rerun on other data or with other training.** `--data KEY=PATH` (repeatable) replaces one evaluation
 set, in the default set's layout; keys: `retrieval.lcqmc`, `retrieval.afqmc`, `retrieval.bq` (`q1<TAB>q2<TAB>label` files),
 `qa.trecqa`, `qa.wikiqa`, `microblog.2011`, `microblog.2012` (folders with `a.toks`, `b.toks`, `sim.txt`,
-`id.txt`; Microblog's `id.txt` is the first-stage TREC run) and `negatives.pawsx` (`id<TAB>s1<TAB>s2<TAB>label`
-with a header). `--epochs N`, `--max-steps N` and `--batch-size N` override every trained recipe's settings
+`id.txt`; Microblog's `id.txt` is the first-stage TREC run), `negatives.pawsx` (`id<TAB>s1<TAB>s2<TAB>label`
+with a header) and `a14`, `qbqtc`, `kuake` (judged folders as in ../shared/data/zh: a corpus JSONL, the dev queries or
+entity meta, `qrels-dev.tsv`). `--epochs N`, `--max-steps N` and `--batch-size N` override every trained recipe's settings
 (on top of its full/quick ones; such models are saved in their own folders and retrained when an override
 changes), which also runs the GPU-sized rows on a CPU. `--microblog-first-stage ql|bm25|both` (default both)
 picks what the Microblog reranker reorders: the provided query-likelihood run (as the HCAN paper; needs no
@@ -205,6 +213,10 @@ def summarize(tables: list[Table]) -> list[str]:
             lines += _retrieval_lines(t)
         elif t.section == "hybrid" and rows:
             lines += _hybrid_lines(t)
+        elif t.section == "judged" and rows:
+            from bench.eval_judged import summary_lines
+
+            lines += summary_lines(t)
         elif t.section == "microblog" and rows:
             cells = {r.cells["run"]: r.cells for r in rows}
 
@@ -242,6 +254,21 @@ def summarize(tables: list[Table]) -> list[str]:
                     lines.append(f"{t.title}, {model}: keyword vs random negatives: accuracy {d['accuracy']:+.3f}, positive class "
                                  f"{d['acc. positive']:+.3f}, negative class {d['acc. negative']:+.3f} (paper, random → keyword: accuracy 77.5 → 93.9 %, positive 98.5 → 96.2 %, negative 56.5 → 91.6 %).")
     return lines
+
+
+def write_summary(tables: list[Table], path: Path) -> Path | None:
+    """``summary.json``: one record per data set, split, engine and system with its metrics and rerun command
+    (:func:`bench.judged_metrics.summary_records`); ``None`` (nothing written) when no table has such records."""
+    import json
+
+    from bench.judged_metrics import summary_records
+
+    records = summary_records(tables)
+    if not records:
+        return None
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"records": records}, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    return path
 
 
 def render(tables: list[Table], *, seeds: tuple[int, ...], plots_dir: Path | None, rel_plots: str) -> str:
@@ -331,7 +358,7 @@ def report(quick, sections, only, opensearch, elasticsearch, start_engines, devi
     failures: list[str] = []
     if not render_only:
         # the microblog section reranks the provided QL run without an engine
-        engine_sections = ("retrieval", "hybrid", "negatives", "speed") + (("microblog",) if microblog_first_stage != "ql" else ())
+        engine_sections = ("retrieval", "hybrid", "judged", "negatives", "speed") + (("microblog",) if microblog_first_stage != "ql" else ())
         needs_engine = any(s in chosen for s in engine_sections)
         from contextlib import ExitStack
 
@@ -365,5 +392,8 @@ def report(quick, sections, only, opensearch, elasticsearch, start_engines, devi
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(text, encoding="utf-8")
     click.echo(f"[report] wrote {out_file} ({len(tables)} tables)", err=True)
+    summary = write_summary(tables, out_file.parent / "results" / "summary.json")
+    if summary is not None:
+        click.echo(f"[report] wrote {summary}", err=True)
     if failures:
         raise click.ClickException("some sections could not run: " + "; ".join(failures))

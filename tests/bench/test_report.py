@@ -62,7 +62,7 @@ def test_quick_retrieval_report_writes_tables(engine: Engine, shared_data: Path,
 def test_unknown_section_is_rejected() -> None:
     result = CliRunner().invoke(bench, ["report", "--sections", "retrieval,nope", "--render-only"])
     assert result.exit_code == 2
-    assert "unknown section(s) ['nope']; expected some of retrieval, hybrid, microblog, qa, negatives, speed" in result.output
+    assert "unknown section(s) ['nope']; expected some of retrieval, hybrid, judged, microblog, qa, negatives, speed" in result.output
 
 
 def test_saving_a_rerun_row_replaces_only_that_row(tmp_path: Path) -> None:
