@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,10 @@ from jingpai.errors import JingpaiError
 #: about 20 KB, a 4096-d vector about 90 KB
 MAX_ANSWER_BYTES = 1 << 20
 JSON_TYPE = "application/json"
+#: the kernel's receive buffer of a model service's connection: an event loop that drains a socket whole (uvloop,
+#: the gateway's) would otherwise pull megabytes of an answer that is then refused (measured: +60 MB RSS over 40 MB
+#: answers, +9 MB with this)
+RECEIVE_BUFFER = 1 << 16
 #: the deepest nesting of an answer read (a ranking nests 2: a list of objects)
 MAX_DEPTH = 32
 
@@ -50,6 +55,13 @@ class Answer:
     def text(self, limit: int = 200) -> str:
         """The start of the body as text (for error messages)."""
         return self.body[: limit * 4].decode("utf-8", "replace")[:limit]
+
+
+def client(timeout_s: float) -> httpx.AsyncClient:
+    """The HTTP client of a model service: no proxies from the environment, a backstop timeout (the caller's deadline
+    is the real bound) and a small receive buffer (:data:`RECEIVE_BUFFER`)."""
+    transport = httpx.AsyncHTTPTransport(socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)])
+    return httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), trust_env=False, transport=transport)
 
 
 def too_large(max_bytes: int) -> str:
@@ -72,14 +84,16 @@ async def fetch(client: httpx.AsyncClient, method: str, url: str, *, max_bytes: 
         declared = resp.headers.get("content-length", "").strip()
         if declared.isdigit() and int(declared) > max_bytes:
             raise BadAnswer(too_large(max_bytes))
-        body = bytearray()
+        # the chunks as they come, joined once the whole answer is in (no buffer grown and copied over and over)
+        chunks, size = [], 0
         async for chunk in resp.aiter_raw():
-            body += chunk
-            if len(body) > max_bytes:
+            size += len(chunk)
+            if size > max_bytes:
                 raise BadAnswer(too_large(max_bytes))
+            chunks.append(chunk)
     finally:
         await resp.aclose()
-    return Answer(resp.status_code, resp.headers.get("content-type"), bytes(body))
+    return Answer(resp.status_code, resp.headers.get("content-type"), b"".join(chunks))
 
 
 def _no_constant(name: str) -> Any:
@@ -183,4 +197,7 @@ def embed_vectors(data: Any, count: int) -> list[list[float]]:
     return [[float(x) for x in vector] for vector in data]
 
 
-__all__ = ["JSON_TYPE", "MAX_ANSWER_BYTES", "MAX_DEPTH", "Answer", "BadAnswer", "embed_vectors", "fetch", "json_body", "rerank_scores", "too_large"]
+__all__ = [
+    "JSON_TYPE", "MAX_ANSWER_BYTES", "MAX_DEPTH", "RECEIVE_BUFFER", "Answer", "BadAnswer", "client", "embed_vectors", "fetch", "json_body",
+    "rerank_scores", "too_large",
+]

@@ -24,6 +24,7 @@ from typing import Literal
 import httpx
 from cachetools import LRUCache
 from jingpai.errors import UnavailableError
+from jingpai.plugin import answers
 from jingpai.plugin.answers import MAX_ANSWER_BYTES, BadAnswer, embed_vectors, fetch, json_body
 from jingpai.plugin.rerank_client import CircuitBreaker
 from jingpai.reranker.identity import digest
@@ -70,7 +71,7 @@ class EmbedClient:
         self.max_answer_bytes = max_answer_bytes
         self.breaker = breaker or CircuitBreaker(clock=clock, name="embedder")
         self._clock = clock
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s), trust_env=False)
+        self._client = answers.client(self.timeout_s)
         self._cache: LRUCache[tuple[str, int | None], list[float]] = LRUCache(maxsize=CACHE_SIZE)
         self._identity: tuple[float, str | None] | None = None
 

@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar
 import httpx
 
 from jingpai.errors import UnavailableError
+from jingpai.plugin import answers
 from jingpai.plugin.answers import MAX_ANSWER_BYTES, BadAnswer, fetch, json_body, rerank_scores
 
 logger = logging.getLogger(__name__)
@@ -170,7 +171,7 @@ class RerankClient:
         self.timeout_s = timeout_ms / 1000.0
         self.max_answer_bytes = max_answer_bytes
         self.breaker = breaker or CircuitBreaker()
-        self._client = httpx.AsyncClient(timeout=httpx.Timeout(self.timeout_s), trust_env=False)
+        self._client = answers.client(self.timeout_s)
         self._served: ServedModel | None = None
 
     async def aclose(self) -> None:
