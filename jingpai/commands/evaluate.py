@@ -17,13 +17,14 @@ from pathlib import Path
 import click
 
 from jingpai.commands.base import JingpaiCommand
+from jingpai.commands.options import MODEL_DIR
 from jingpai.reranker.data import FORMATS, LABEL_MODES
 
 logger = logging.getLogger(__name__)
 
 
 @click.command(cls=JingpaiCommand)
-@click.option("--model", "model_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+@click.option("--model", "model_dir", type=MODEL_DIR, default=None,
               help="Model folder: saved by `jingpai train`, or a Hugging Face / sentence-transformers cross-encoder as it is.")
 @click.option("--data", "data_path", type=click.Path(exists=True, path_type=Path), default=None, help="Labelled pairs to score.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="auto", show_default=True, help="Data format.")

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from jingpai.commands.base import JingpaiGroup
-from jingpai.commands.options import Opt, engine_option, settings_from, settings_options
+from jingpai.commands.options import MODEL_DIR, Opt, engine_option, settings_from, settings_options
 from jingpai.indexer.settings import MAX_DEPTH_CEILING, IndexSettings
 from jingpai.indexer.readers import FORMATS
 from jingpai.indexer.spark_settings import SparkIndexSettings
@@ -67,7 +67,7 @@ RUN_OPTIONS: dict[str, Opt] = {
     "rebuild": Opt(help="Build a new physical index even if one exists for this dictionary."),
     "progress": Opt(flag="--no-progress", negate=True, help="No progress bar."),
     "concurrency": Opt(type=click.IntRange(min=1), help="Bulk requests in flight at once."),
-    "vectors": Opt(metavar="MODEL", type=click.Path(file_okay=False, path_type=Path),
+    "vectors": Opt(metavar="MODEL", type=MODEL_DIR,
                    help="A saved bi-encoder (use-bi): one vector per document, indexed for kNN search "
                         "(OpenSearch needs `jingpai engine up --plugins knn`; with --spark the folder is shipped to the executors)."),
     "vector_chunking": Opt(help="With --vectors, text longer than the model's window: embed its first window, "
@@ -211,7 +211,7 @@ SCORE_ENTITIES_MORE_OPTIONS: dict[str, Opt] = {
 
 @index.command(name="score-entities")
 @click.argument("name")
-@click.option("--model", "model_dir", required=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+@click.option("--model", "model_dir", required=True, type=MODEL_DIR,
               help="Saved jingpai model (bertca uses precomputed document encodings; others score pairs).")
 @engine_option("index")
 @settings_options("index_score_entities", EntityScoreSettings, SCORE_ENTITIES_OPTIONS)

@@ -49,6 +49,29 @@ T = TypeVar("T")
 _MISSING = dataclasses.MISSING
 
 
+class ModelDir(click.ParamType):
+    """A model folder that exists, or a pretrained catalogue name (``bge-small-zh``), as a :class:`~pathlib.Path`.
+
+    The name is resolved where the model loads (:func:`jingpai.reranker.pretrained.resolve`), which
+    converts a cached jar on first use or says how to install it.
+    """
+
+    name = "model"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
+        from jingpai.reranker.pretrained import CATALOGUE  # stdlib only: --help stays light
+
+        if isinstance(value, Path):
+            return value
+        if str(value) in CATALOGUE and not Path(value).exists():
+            return Path(value)
+        return click.Path(exists=True, file_okay=False, path_type=Path).convert(value, param, ctx)
+
+
+#: the click type of every ``--model`` that loads a saved model, a cross-encoder folder or a catalogue name
+MODEL_DIR = ModelDir()
+
+
 @dataclass(frozen=True)
 class Opt:
     """How one settings field appears on the command line (everything else comes from the dataclass).

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from jingpai.commands.base import JingpaiCommand
-from jingpai.commands.options import Opt, env_name, settings_from, settings_options
+from jingpai.commands.options import MODEL_DIR, Opt, env_name, settings_from, settings_options
 from jingpai.reranker.service.settings import ServiceSettings
 
 logger = logging.getLogger(__name__)
@@ -22,7 +22,7 @@ COMPONENT = "serve"
 
 #: how ServiceSettings' fields look on the command line, in --help order
 SPEC: dict[str, Opt] = {
-    "model_dir": Opt(flag="--model", required=True, show_envvar=True, type=click.Path(exists=True, file_okay=False, path_type=Path),
+    "model_dir": Opt(flag="--model", required=True, show_envvar=True, type=MODEL_DIR,
                      help="Model directory: a saved jingpai model (`jingpai train` / Reranker.save), or a Hugging Face / sentence-transformers cross-encoder directory as it is (docs/models.md)."),
     "model_name": Opt(show_envvar=True, help="Name reported by /info and Cohere/Jina responses (default: the directory name)."),
     "device": Opt(show_envvar=True, help="auto: CUDA when available."),

@@ -13,6 +13,8 @@ Formats (``format=``):
   ``id.txt`` (``qid`` alone, or ``qid 0 docid rel``), one line per pair.
 - ``microblog``: a TREC Microblog folder, same files with ``id.txt`` as TREC run lines
   ``qid Q0 tweetid rank score tag``.
+- ``judged``: a ``qrels-<split>.tsv`` beside a corpus (``corpus.jsonl`` / ``articles.jsonl``): every judgment of
+  that split as a pair (the query's model text, the document, its grade; :mod:`jingpai.reranker.judged`).
 - ``auto``: picked from the path (folder → ``qa``/``microblog`` by the shape of ``id.txt``;
   ``.jsonl`` → ``sohu``; a TSV whose first line is a ``id sentence1 …`` header → ``pawsx``; one whose third
   column is an NLI label word → ``nli``; otherwise
@@ -41,11 +43,12 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from jingpai.errors import UserError
+from jingpai.reranker.judged import read_judged, split_of
 from jingpai.textio import numbered_lines
 
 logger = logging.getLogger(__name__)
 
-DataFormat = Literal["auto", "pairs", "pawsx", "stsb", "nli", "sohu", "qa", "microblog"]
+DataFormat = Literal["auto", "pairs", "pawsx", "stsb", "nli", "sohu", "qa", "microblog", "judged"]
 LabelMode = Literal["raw", "binary", "levels3"]
 FORMATS: tuple[str, ...] = get_args(DataFormat)
 LABEL_MODES: tuple[str, ...] = get_args(LabelMode)
@@ -220,6 +223,8 @@ def detect_format(path: str | Path) -> str:
         return "microblog" if len(first) == 6 else "qa"
     if not p.is_file():
         raise DataFormatError(f"{p} does not exist")
+    if split_of(p) is not None:
+        return "judged"
     if p.suffix == ".jsonl":
         return "sohu"
     # undecodable bytes are the reader's to report (with their line), not the detector's
@@ -271,6 +276,8 @@ def read_pairs(
         raise DataFormatError(f"unknown label mode {label_mode!r}; expected one of {', '.join(LABEL_MODES)}")
     p = Path(path)
     fmt = detect_format(p) if format == "auto" else format
+    if fmt == "judged":
+        return _judged_pairs(p, label_mode=label_mode, limit=limit)
     if fmt in ("qa", "microblog"):
         if not p.is_dir():
             raise DataFormatError(f"{p}: format {fmt!r} expects a folder with {', '.join(QA_FILES)}")
@@ -289,6 +296,18 @@ def read_pairs(
         if limit is not None and len(out) >= limit:
             break
     logger.info("read %d pairs from %s (format %s, labels %s)", len(out), p, fmt, label_mode)
+    return out
+
+
+def _judged_pairs(path: Path, *, label_mode: LabelMode, limit: int | None) -> list[LabeledPair]:
+    split = split_of(path)
+    if split is None:
+        raise DataFormatError(f"{path}: format 'judged' expects a qrels-<split>.tsv beside corpus.jsonl or articles.jsonl")
+    if label_mode != "raw":
+        raise DataFormatError(f"{path}: judged grades are read as they are (label mode 'raw'), not {label_mode!r}")
+    judged = read_judged(path.parent, split)
+    out = [LabeledPair(text, doc, float(grade), qid, did) for qid, did, text, doc, grade in judged.pairs()][:limit]
+    logger.info("read %d judged pairs from %s (grades 0..%d)", len(out), path, judged.max_grade)
     return out
 
 

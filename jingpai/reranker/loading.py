@@ -19,7 +19,8 @@ from typing import Any
 
 import torch
 
-from jingpai.reranker import hf_checkpoint, registry
+from jingpai.reranker import hf_checkpoint, pretrained, registry
+from jingpai.reranker.models import bi
 from jingpai.reranker.base import MODEL_FILE, WEIGHTS_FILE, ModelLoadError, Reranker
 
 logger = logging.getLogger(__name__)
@@ -46,7 +47,9 @@ def load(
             or holds a model that is not an ``expected``; ``overrides`` names an unknown field, or one that
             changes the shape of a saved weight.
     """
-    path = Path(directory)
+    path = pretrained.resolve(directory)
+    if not (path / MODEL_FILE).is_file() and bi.st_pooling(path) is not None:
+        return _bi_encoder(path, expected=expected, device=device)
     found = hf_checkpoint.detect(path)
     logger.info("loading %s with the %s loader: %s", path, found.loader, found.reason)
     if found.loader != "jingpai":
@@ -81,6 +84,14 @@ def load(
     model.net.to(model.device)
     model.keyword_dict_version = meta.get("keyword_dict_version")
     return model
+
+
+def _bi_encoder(path: Path, *, expected: type[Reranker], device: str | None) -> Reranker:
+    """A sentence-transformers bi-encoder folder (``bge-small-zh`` as converted) as a zero-shot ``bi`` model."""
+    logger.info("loading %s with the sentence-transformers bi-encoder loader: 1_Pooling/config.json declares its pooling", path)
+    if expected is not Reranker and not issubclass(bi.BiEncoderReranker, expected):
+        raise ModelLoadError(f"{path} holds a sentence-transformers bi-encoder (loaded as 'bi'), not {expected.name!r}")
+    return bi.BiEncoderReranker.from_sentence_transformers(path, device=device)
 
 
 __all__ = ["load"]

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 #: architecture name -> "module:ClassName" (imported on first use)
 ARCHITECTURES: dict[str, str] = {
     "cross": "jingpai.reranker.models.cross:CrossEncoderReranker",
+    "bi": "jingpai.reranker.models.bi:BiEncoderReranker",
     "kwbert": "jingpai.reranker.models.kwbert:KeywordBertReranker",
     "bertca": "jingpai.reranker.models.bertca:BertCAReranker",
     "tita": "jingpai.reranker.models.tita:TitaReranker",

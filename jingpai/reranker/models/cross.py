@@ -44,17 +44,21 @@ ACTIVATIONS: tuple[str, ...] = ("identity", "sigmoid")
 
 
 def check_base(base: str | None, *, architecture: str) -> Path:
-    """The local checkpoint folder ``base`` as a Path.
+    """The local checkpoint folder ``base`` as a Path; a catalogue name (``bge-small-zh``,
+    :mod:`jingpai.reranker.pretrained`) gives its converted folder.
 
     Raises:
         ModelLoadError: ``base`` is missing or is not a folder with a ``config.json`` (hub names are
             refused: models load from a local path only).
+        PretrainedError: ``base`` is a catalogue name whose model is not installed.
     """
+    from jingpai.reranker.pretrained import resolve
+
     if not base:
         raise ModelLoadError(
-            f"{architecture!r} needs a base checkpoint: pass base=<local Hugging Face checkpoint folder>"
+            f"{architecture!r} needs a base checkpoint: pass base=<local Hugging Face checkpoint folder or bge-small-zh>"
         )
-    path = Path(base)
+    path = resolve(base)
     if not (path / "config.json").is_file():
         raise ModelLoadError(
             f"base checkpoint {base!r} is not a local Hugging Face checkpoint folder "
