@@ -132,6 +132,31 @@ def test_reranker_down_shows_the_fail_open_banner(ui_setup, demo_dictionary):
     assert data["fusion"] is None
 
 
+@pytest.mark.parametrize(("case", "reason"), [("infinity", "reranker_bad_response"), ("trickle_one_byte_per_200ms", "reranker_timeout")])
+def test_a_faulty_reranker_shows_the_fail_open_banner(ui_setup, demo_dictionary, case: str, reason: str):
+    """Issue 53 through the UI's search (the gateway's path in-process): a score of Infinity was the gateway's 500, a
+    trickled body held the search far past timeout_ms; both are now the engine order with the fail-open banner."""
+    import time
+
+    from bench.standin_reranker import StandIn
+
+    _, dict_dir = demo_dictionary
+    with StandIn(case) as standin:
+        server = start_gateway(ui_setup.engine.url, standin.url, dict_dir, timeout_ms=500)
+        try:
+            started = time.monotonic()
+            resp = httpx.get(f"{server.url}/_jingpai/ui/api/search", params={"q": "苹果 手机", "index": ui_setup.index}, timeout=60)
+            took = time.monotonic() - started
+        finally:
+            server.stop()
+    assert resp.status_code == 200, resp.text
+    data = resp.json()
+    assert (data["reranked"], data["reason"]) == (False, reason)
+    assert data["banner"] == f"Reranker unavailable ({reason}): the jingpai column shows the engine order (fail-open)."
+    assert all(h["model_score"] is None for h in data["jingpai"]["hits"])
+    assert took < 0.5 + 3.0, f"{case} held the UI's search {took:.1f} s"  # the trickle alone would take minutes
+
+
 def test_no_reranker_configured_banner_and_ui_banner(ui_setup, demo_dictionary):
     _, dict_dir = demo_dictionary
     server = start_gateway(ui_setup.engine.url, None, dict_dir, ui=UiSettings(banner="Demo without a model."))
