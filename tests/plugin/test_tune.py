@@ -175,3 +175,28 @@ def test_a_gain_within_two_standard_errors_is_flagged_with_the_queries_that_woul
     assert len(warnings) == 1 and warnings[0].startswith("linear, window 20, w 0.3 beats augmented by 0.0500")
     warnings = _noise_warnings([augmented, small], small, row("linear", 0.8, 0.50), metric="P@10", n_queries=205)
     assert [w.split(" by ")[1][:6] for w in warnings] == ["0.0500", "0.0230"]
+
+
+def test_a_faulty_reranker_leaves_tuning_the_augmented_order(engine: Engine, question_index: str, dictionary, caplog) -> None:
+    """Issue 53 on `jingpai tune`'s path (the gateway's app, as tune runs it): a reranker scoring Infinity made the
+    gateway answer 500, which stopped tuning with a TuneError; now each query is logged as not reranked
+    (reranker_bad_response) and its rows use the augmented order."""
+    import logging
+
+    from bench.standin_reranker import StandIn
+    from jingpai.plugin.gateway import create_app
+    from jingpai.plugin.tune import TuneSettings, fetch_runs
+    from jingpai.serving import serve
+
+    queries = [LabelledQuery(f"q{i}", group[0], {"t0": 1}) for i, group in enumerate(GROUPS)]
+    with StandIn("infinity") as standin:
+        settings = TuneSettings(engine_url=engine.url, index=question_index, reranker_url=standin.url, dict_dirs=(dictionary[1],),
+                                windows=(10,), concurrency=1)
+        gateway = GatewaySettings(engine_url=engine.url, reranker_url=standin.url, dict_dirs=(dictionary[1],), breaker_failures=100)
+        with serve(create_app(gateway)) as gw, caplog.at_level(logging.WARNING, logger="jingpai.plugin.tune"):
+            runs = fetch_runs(gw.url, settings, queries, text_field="text")
+    assert [r.window for r in runs] == [None] * len(queries)
+    assert all(r.augmented for r in runs)  # every query still has its order
+    assert [m.getMessage() for m in caplog.records if m.name == "jingpai.plugin.tune"] == [
+        f"query q{i} was not reranked (reranker_bad_response): its fusion rows use the augmented order" for i in range(len(queries))
+    ]
