@@ -305,11 +305,13 @@ def run(settings: ReportSettings) -> list[Table]:
 
 
 def summary_lines(table: Table) -> list[str]:
-    """The report summary's line for one judged table: each row's first metric beside the first row's."""
+    """The report summary's line for one judged table: the first metric of each row beside the baseline's (augmented
+    BM25 in an engine table — the row every fused row must not fall below — else the first row)."""
     if not table.rows:
         return []
     first = table.columns[2]
-    base = table.rows[0].cells
+    base = next((r.cells for r in table.rows if r.cells["method"] == AUGMENTED_BM25), table.rows[0].cells)
     value = lambda c: c["mean"] if isinstance(c, dict) else c  # noqa: E731 - a random row's cell is mean ± std
-    parts = [f"{r.cells['method']} {value(r.cells[first]):.3f} ({value(r.cells[first]) - value(base[first]):+.3f})" for r in table.rows[1:]]
-    return [f"{table.title}: {first} {base['method']} {value(base[first]):.3f}" + ("; " + "; ".join(parts) if parts else "") + "."]
+    parts = [f"{r.cells['method']} {value(r.cells[first]):.3f} ({value(r.cells[first]) - value(base[first]):+.3f})"
+             for r in table.rows if r.cells is not base]
+    return [f"{table.title}: {first} of {base['method']} {value(base[first]):.3f}; " + "; ".join(parts) + "."]

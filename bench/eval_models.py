@@ -496,6 +496,45 @@ def build_model(recipe: Recipe, settings: ReportSettings, train_texts: list[str]
     return registry.create(recipe.arch, device=device, **config)
 
 
+def saved_run(key: str, recipe: Recipe, settings: ReportSettings, seed: int) -> tuple[Path, str]:
+    """``(folder, stamp)`` of recipe ``key``'s saved run: :func:`get_model` reuses the folder when its stamp matches."""
+    overrides = settings.train_overrides()
+    # an overridden run gets its own folder (e.g. ``-e1-m50``), so it never replaces the recipe's own model
+    tag = "".join(f"-{name[0]}{value}" for name, value in sorted(overrides.items()))
+    folder = settings.models_dir / f"{key}{'-quick' if settings.quick else ''}-s{seed}{tag}"
+    # the overrides are part of the stamp: a saved model trained with other overrides is retrained
+    stamp = json.dumps({"recipe": repr(recipe), "mode": settings.mode, "seed": seed, **({"overrides": overrides} if overrides else {}),
+                        **({"init_from": recipe.init_from} if recipe.init_from else {})}, sort_keys=True)
+    return folder, stamp
+
+
+def adopt_model(key: str, source: Path, settings: ReportSettings, *, seed: int = 0) -> Path:
+    """Copy a model trained outside the report (``jingpai train … --out SOURCE``, the recipe's ``command``) into recipe
+    ``key``'s saved-run folder and stamp it, so :func:`get_model` (every report table) uses it instead of training.
+    Whoever adopts a folder vouches that it was trained as the recipe says; its ``train_log.jsonl``, when there, is kept.
+
+    Raises:
+        ReportError: ``key`` is no recipe, or ``source`` holds no saved jingpai model.
+    """
+    import shutil
+
+    from jingpai.reranker.base import MODEL_FILE
+
+    if key not in RECIPES:
+        raise ReportError(f"unknown recipe {key!r}; expected one of {', '.join(sorted(RECIPES))}")
+    if not (Path(source) / MODEL_FILE).is_file():
+        raise ReportError(f"{source} holds no saved jingpai model ({MODEL_FILE} is missing)")
+    folder, stamp = saved_run(key, RECIPES[key], settings, seed)
+    if folder.exists():
+        shutil.rmtree(folder)
+    shutil.copytree(source, folder)
+    info = {"best_metric": None, "metric": RECIPES[key].train_settings.get("metric"), "steps": None, "train_pairs": None,
+            "device": None, "adopted_from": str(source)}
+    (folder / "report_info.json").write_text(json.dumps(info))
+    (folder / RECIPE_FILE).write_text(stamp)
+    return folder
+
+
 def get_model(
     key: str,
     settings: ReportSettings,
@@ -515,12 +554,7 @@ def get_model(
 
     recipe = recipe or RECIPES[key]
     overrides = settings.train_overrides()
-    # an overridden run gets its own folder (e.g. ``-e1-m50``), so it never replaces the recipe's own model
-    tag = "".join(f"-{name[0]}{value}" for name, value in sorted(overrides.items()))
-    folder = settings.models_dir / f"{key}{'-quick' if settings.quick else ''}-s{seed}{tag}"
-    # the overrides are part of the stamp: a saved model trained with other overrides is retrained
-    stamp = json.dumps({"recipe": repr(recipe), "mode": settings.mode, "seed": seed, **({"overrides": overrides} if overrides else {}),
-                        **({"init_from": recipe.init_from} if recipe.init_from else {})}, sort_keys=True)
+    folder, stamp = saved_run(key, recipe, settings, seed)
     device = torch_device(settings)
     if not settings.retrain and (folder / RECIPE_FILE).exists() and (folder / RECIPE_FILE).read_text() == stamp:
         logger.info("reusing trained model %s", folder)

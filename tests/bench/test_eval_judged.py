@@ -144,9 +144,30 @@ def test_engine_protocol_through_the_gateway_and_serve(engine_urls: dict[str, st
         assert raw["000001"][0] == "u1"  # the unjudged passage is BM25's first hit, and it is dropped
         assert {k: rows[RAW_BM25][k] for k in ("queries", "nDCG@10", "MAP")} == metrics_of(raw, jset.qrels, ("nDCG@10", "MAP"))
         assert table.meta["engine_kind"] == kind and table.rows[0].command.endswith(f"--only judged.a14.{kind}.direct --data a14={tmp_path / 'a14'}")
+    line = eval_judged.summary_lines(tables[0])[0]
+    assert line.startswith(f"{tables[0].title}: nDCG@10 of {AUGMENTED_BM25} ") and f"{RAW_BM25} " in line
     path = write_summary(tables, tmp_path / "results" / "summary.json")
     records = json.loads(path.read_text(encoding="utf-8"))["records"]
     assert len(records) == 4 * len(engine_urls)
     first = records[0]
     assert (first["dataset"], first["split"], first["protocol"], first["system"]) == ("a14", "dev", "engine", RAW_BM25)
     assert set(first["metrics"]) == {"nDCG@10", "MAP", "judged@10"} and first["command"] == tables[0].rows[0].command
+
+
+def test_a_model_trained_elsewhere_is_adopted_by_its_recipe(tmp_path: Path, tiny_model) -> None:
+    from click.testing import CliRunner
+
+    from bench.__main__ import bench
+    from bench.eval_models import get_model
+
+    trained = tiny_model.save(tmp_path / "trained-elsewhere")
+    args = ["train", "a14-bge-cross", "--adopt", str(trained), "--models-dir", str(tmp_path / "models"), "--work-dir", str(tmp_path / "w")]
+    result = CliRunner().invoke(bench, args)
+    assert result.exit_code == 0, result.output
+    folder = Path(json.loads(result.output.strip().splitlines()[-1])["folder"])
+    assert folder == tmp_path / "models" / "a14-bge-cross-s0"
+    model, info = get_model("a14-bge-cross", ReportSettings(models_dir=tmp_path / "models", device="cpu"))
+    assert info["trained_now"] is False and info["adopted_from"] == str(trained) and type(model) is type(tiny_model)
+    assert CliRunner().invoke(bench, ["train", "a14-bge-cross", "zh-bge-zeroshot", "--adopt", str(trained)]).exit_code == 2
+    bad = CliRunner().invoke(bench, ["train", "a14-bge-cross", "--adopt", str(tmp_path / "models"), "--models-dir", str(tmp_path / "m2")])
+    assert bad.exit_code != 0 and "holds no saved jingpai model" in str(bad.exception or bad.output)
