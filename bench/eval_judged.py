@@ -34,8 +34,8 @@ from typing import Any
 
 from bench import judged_metrics as jm
 from bench.eval_common import (
-    AUGMENTED_BM25, RAW_BM25, ZH_DICTIONARY_SOURCES, ReportError, ReportSettings, Row, Table, base_meta, gateway, mean_std,
-    rerank_service, save_table, torch_device, zh_dictionary,
+    AUGMENTED_BM25, RAW_BM25, ZH_DICTIONARY_SOURCES, ReportError, ReportSettings, Row, Table, base_meta, best_weight, data_path, gateway,
+    mean_std, rerank_service, save_table, torch_device, zh_dictionary,
 )
 from bench.eval_models import RECIPES, get_model
 
@@ -49,7 +49,7 @@ QUICK_DOCS = 2000
 def medical_dictionary(settings: ReportSettings) -> Path:
     """The KUAKE-QTR rows' dictionary: THUCNews titles (10 news domains) plus KUAKE-QTR *train* queries and the titles
     judged for them as a medical domain (diff-idf, ``jingpai dict build``); no dev text shapes it."""
-    from bench.eval_common import _zh_domain_dictionary, data_path
+    from bench.eval_common import _zh_domain_dictionary
     from jingpai.reranker.judged import read_judged
 
     out = settings.work_dir / "dict-zh-kuake"
@@ -82,9 +82,9 @@ SETS: dict[str, JudgedSpec] = {
 #: the sets' judged pools hold at most 100 (A14), 20 (QBQTC) and 14 (KUAKE-QTR) documents a query
 
 
-def load_set(settings: ReportSettings, name: str):
-    """Dev split of set ``name`` (quick: its first :data:`QUICK_QUERIES` queries, and as corpus their judged documents
-    plus the first :data:`QUICK_DOCS` of the corpus)."""
+def load_set(settings: ReportSettings, name: str, extra_docs: Any = ()):
+    """Dev split of set ``name`` (quick: its first :data:`QUICK_QUERIES` queries, and as corpus their judged documents,
+    ``extra_docs`` (the tuning queries') and the first :data:`QUICK_DOCS` of the corpus)."""
     from jingpai.reranker.judged import JudgedDataError, read_judged
 
     try:
@@ -94,9 +94,47 @@ def load_set(settings: ReportSettings, name: str):
     if not settings.quick:
         return jset
     keep = list(jset.qrels)[:QUICK_QUERIES]
-    wanted = {d for q in keep for d in jset.qrels[q]} | set(list(jset.docs)[:QUICK_DOCS])
+    wanted = {d for q in keep for d in jset.qrels[q]} | set(list(jset.docs)[:QUICK_DOCS]) | set(extra_docs)
     return replace(jset, queries={q: jset.queries[q] for q in keep}, model_text={q: jset.model_text[q] for q in keep},
                    docs={d: t for d, t in jset.docs.items() if d in wanted}, qrels={q: jset.qrels[q] for q in keep})
+
+
+def tuning_set(settings: ReportSettings, name: str):
+    """The training queries set ``name``'s fine-tuned recipes hold out for model selection (10 %, seed 0; quick: the
+    first :data:`QUICK_QUERIES`), with their judgments: the rerank rows' fusion weight is tuned on these, never on dev.
+    ``None`` when the set has no trained recipe."""
+    from bench.eval_models import read_recipe_data
+    from jingpai.reranker.judged import read_judged
+
+    if not SETS[name].trained:
+        return None
+    recipe = RECIPES[SETS[name].trained[0]]  # a set's recipes share their data and hold-out
+    texts = {p.query for p in read_recipe_data(recipe, settings)[1] or ()}
+    train = read_judged(data_path(*recipe.train[0][0][:-1]), "train")
+    keep = [q for q in train.qrels if train.model_text[q] in texts][: QUICK_QUERIES if settings.quick else None]
+    return replace(train, queries={q: train.queries[q] for q in keep}, model_text={q: train.model_text[q] for q in keep},
+                   docs={d: train.docs[d] for q in keep for d in train.qrels[q]}, qrels={q: train.qrels[q] for q in keep})
+
+
+def tune_weights(settings: ReportSettings, name: str, url: str, alias: str, dictionary_dir: Path, models: dict[str, Any],
+                 tuning) -> tuple[dict[str, float], list[str]]:
+    """Per model, the engine weight of ``linear`` fusion with the best first metric of set ``name`` over the tuning
+    queries' judged documents (:func:`bench.eval_common.best_weight`: w < 1), from one gateway pass per model (the
+    reranked windows' engine and model scores, re-fused offline as the gateway fuses); and the table notes saying so."""
+    spec, weights, notes = SETS[name], {}, []
+    metric = spec.metrics[0]
+    for key, model in models.items():
+        with rerank_service(model, name=key) as rurl, gateway(url, reranker_url=rurl, dict_dirs=(dictionary_dir,), window=spec.window) as gurl:
+            _, windows, _ = search_runs(gurl, alias, {"jingpai": "rerank", "jingpai_fusion": "replace"}, tuning, spec.window)
+        windows = {q: w for q, w in windows.items() if w}
+        if not any(g > 0 for q in windows for g in tuning.qrels[q].values()):
+            notes.append(f"{key}: no tuning query was reranked with a relevant document: no tuned row")
+            continue
+        curve = jm.weight_curve(windows, tuning.qrels, metric, top_grade=tuning.max_grade)
+        weights[key] = best_weight(curve)
+        notes.append(f"{key}: engine weight {weights[key]:g} chosen by {metric} over judged documents of {len(windows)} held-out training "
+                     f"queries ({tuning.name} train), linear fusion by engine weight — " + ", ".join(f"{w:g}: {v:.4f}" for w, v in curve.items()))
+    return weights, notes
 
 
 def model_keys(settings: ReportSettings, name: str) -> tuple[str, ...]:
@@ -167,14 +205,18 @@ def search_body(text: str, model_text: str | None, size: int) -> dict:
     return body
 
 
-def search_runs(base: str, alias: str, params: dict, jset, size: int) -> tuple[dict[str, list[str]], dict[str, list[str]], list[str]]:
-    """``(ranked ids, the same hits by model score alone, failure reasons)`` per dev query, one search each."""
+Window = list[tuple[str, float | None, float]]
+
+
+def search_runs(base: str, alias: str, params: dict, jset, size: int) -> tuple[dict[str, list[str]], dict[str, Window], list[str]]:
+    """``(ranked ids, reranked windows, failure reasons)`` per query of ``jset``, one search each; a window is the
+    reranked hits' ``(id, engine score, model score)`` in engine order (empty unless reranked)."""
     import httpx
 
     rerank = params.get("jingpai") == "rerank"
     failures: list[str] = []
 
-    def one(qid: str) -> tuple[str, list[str], list[str]]:
+    def one(qid: str) -> tuple[str, list[str], Window]:
         body = search_body(jset.queries[qid], jset.model_text[qid] if params else None, size)
         resp = client.post(f"{base}/{alias}/_search", params=params, json=body)
         resp.raise_for_status()
@@ -182,13 +224,17 @@ def search_runs(base: str, alias: str, params: dict, jset, size: int) -> tuple[d
         hits = data["hits"]["hits"]
         if rerank and not data.get("jingpai", {}).get("reranked"):
             failures.append(str(data.get("jingpai", {}).get("reason")))
-        scored = [h for h in hits if "model_score" in h.get("_jingpai", {})]
-        alone = [h["_id"] for h in sorted(scored, key=lambda h: (-h["_jingpai"]["model_score"], h["_jingpai"]["engine_rank"]))]
-        return qid, [h["_id"] for h in hits], alone
+        scored = sorted((h for h in hits if "model_score" in h.get("_jingpai", {})), key=lambda h: h["_jingpai"]["engine_rank"])
+        return qid, [h["_id"] for h in hits], [(h["_id"], h["_jingpai"].get("engine_score"), h["_jingpai"]["model_score"]) for h in scored]
 
     with httpx.Client(timeout=600) as client, ThreadPoolExecutor(4) as pool:
         results = list(pool.map(one, list(jset.qrels)))
-    return {q: ids for q, ids, _ in results}, {q: alone for q, _, alone in results}, failures
+    return {q: ids for q, ids, _ in results}, {q: window for q, _, window in results}, failures
+
+
+def by_model(windows: dict[str, Window]) -> dict[str, list[str]]:
+    """Each reranked window by model score alone (ties by engine rank): what ``?jingpai_fusion=replace`` serves."""
+    return {q: [h[0] for _, h in sorted(enumerate(w), key=lambda x: (-x[1][2], x[0]))] for q, w in windows.items()}
 
 
 @dataclass(frozen=True)
@@ -204,11 +250,19 @@ class Method:
     gateway: tuple[tuple[str, Any], ...] = ()
 
 
-def engine_methods(settings: ReportSettings, name: str, keys: tuple[str, ...]) -> list[Method]:
-    """The engine rows of set ``name``: raw BM25, augmented BM25, + rerank per model, then :func:`hybrid_methods`."""
-    fusion = (("jingpai_fusion", "linear"), ("jingpai_fusion_weight", str(jm.FUSION_WEIGHT)))
+def engine_methods(settings: ReportSettings, name: str, keys: tuple[str, ...], tuned: dict[str, float]) -> list[Method]:
+    """The engine rows of set ``name``: raw BM25, augmented BM25, + rerank per model at the gateway's default fusion and
+    (where ``tuned`` has one) at the engine weight tuned on held-out training queries, then :func:`hybrid_methods`."""
+    def fusion(w: float) -> tuple[tuple[str, str], ...]:
+        return ("jingpai_fusion", "linear"), ("jingpai_fusion_weight", str(w))
+
+    top = f"+ rerank top {SETS[name].window}"
     methods = [Method(RAW_BM25, "direct", "direct"), Method(AUGMENTED_BM25, "augment", "augment")]
-    methods += [Method(f"+ rerank top {SETS[name].window}, {k}, linear fusion w={jm.FUSION_WEIGHT:g}", f"rerank.{k}", "rerank", k, fusion) for k in keys]
+    for k in keys:
+        methods.append(Method(f"{top}, {k}, linear fusion w={jm.FUSION_WEIGHT:g}", f"rerank.{k}", "rerank", k, fusion(jm.FUSION_WEIGHT)))
+        if k in tuned:
+            methods.append(Method(f"{top}, {k}, linear fusion w={tuned[k]:g} (tuned on held-out train queries)", f"rerank.{k}.tuned", "rerank", k,
+                                  fusion(tuned[k])))
     return methods + hybrid_methods(settings, name, keys)
 
 
@@ -238,8 +292,11 @@ def index_set(url: str, alias: str, jset, dictionary_dir: Path, settings: Report
         engine.close()
 
 
-def engine_table(settings: ReportSettings, name: str, kind: str, url: str, jset, models: dict[str, Any]) -> Table:
-    """The engine protocol of set ``name`` on one engine: index, then every :func:`engine_methods` row."""
+def engine_table(settings: ReportSettings, name: str, kind: str, url: str, jset, models: dict[str, Any], *,
+                 tuned: dict[str, float] | None = None, tuning=None) -> Table:
+    """The engine protocol of set ``name`` on one engine: index, tune the fusion weight of each model missing from
+    ``tuned`` on ``tuning`` (:func:`tune_weights`; ``tuned`` is filled in, for the next engine), then every
+    :func:`engine_methods` row."""
     spec, prefix = SETS[name], f"judged.{name}.{kind}"
     dictionary_dir = spec.dictionary(settings)
     alias = f"report-judged-{name}-{settings.mode}"
@@ -254,7 +311,13 @@ def engine_table(settings: ReportSettings, name: str, kind: str, url: str, jset,
                          "judged for the query. Rerank rows: the real gateway and `jingpai serve`, the model reading "
                          f"{'short name（full name）' if name == 'a14' else 'the query'} (`ext.jingpai.query`); `replace` rows are the same "
                          "answers re-sorted by `_jingpai.model_score`."])
-    for method in engine_methods(settings, name, tuple(models)):
+    tuned = {} if tuned is None else tuned
+    missing = {k: m for k, m in models.items() if k not in tuned}
+    if tuning is not None and tuning.qrels and missing:
+        weights, notes = tune_weights(settings, name, url, alias, dictionary_dir, missing, tuning)
+        tuned.update(weights)
+        table.notes += [f"Tuned on {kind}: {n}" for n in notes]
+    for method in engine_methods(settings, name, tuple(models), tuned):
         row_id = f"{prefix}.{method.row}"
         if not settings.wants(row_id) and not settings.wants(f"{row_id}.replace"):
             continue
@@ -266,12 +329,12 @@ def engine_table(settings: ReportSettings, name: str, kind: str, url: str, jset,
                 base = stack.enter_context(gateway(url, reranker_url=rurl, dict_dirs=(dictionary_dir,), window=spec.window,
                                                      **dict(method.gateway)))
             params = {} if method.mode == "direct" else {"jingpai": method.mode, **dict(method.params)}
-            runs, alone, failures = search_runs(base, alias, params, jset, spec.window)
+            runs, windows, failures = search_runs(base, alias, params, jset, spec.window)
         if failures:
             table.notes.append(f"{method.label}: {len(failures)} queries were not reranked ({sorted(set(failures))})")
-        if method.mode == "rerank" and settings.wants(f"{row_id}.replace"):
+        if method.mode == "rerank" and not row_id.endswith(".tuned") and settings.wants(f"{row_id}.replace"):
             table.rows.append(Row({"method": f"+ rerank top {spec.window}, {method.model}, replace (model score alone)",
-                                   **cells(alone, jset, spec.metrics, share=True)}, settings.command("judged", f"{row_id}.replace")))
+                                   **cells(by_model(windows), jset, spec.metrics, share=True)}, settings.command("judged", f"{row_id}.replace")))
         if settings.wants(row_id):
             table.rows.append(Row({"method": method.label, **cells(runs, jset, spec.metrics, share=True)}, settings.command("judged", row_id)))
     return table
@@ -284,8 +347,10 @@ def run(settings: ReportSettings) -> list[Table]:
     for name in SETS:
         if not settings.wants(f"judged.{name}"):
             continue
-        jset = load_set(settings, name)
         keys = model_keys(settings, name)
+        tuning = tuning_set(settings, name) if keys and settings.engines else None
+        jset = load_set(settings, name, tuning.docs if tuning is not None else ())
+        tuned: dict[str, float] = {}
         for key in keys:
             if key not in loaded:
                 loaded[key] = get_model(key, settings, seed=0)[0]
@@ -295,7 +360,7 @@ def run(settings: ReportSettings) -> list[Table]:
             save_table(tables[-1], settings.results_dir)
         for kind, url in settings.engines.items():
             if settings.wants(f"judged.{name}.{kind}"):
-                tables.append(engine_table(settings, name, kind, url, jset, models))
+                tables.append(engine_table(settings, name, kind, url, jset, models, tuned=tuned, tuning=tuning))
                 save_table(tables[-1], settings.results_dir)
         if not settings.engines:
             logger.warning("judged %s: no engine given, only the reorder protocol ran", name)

@@ -153,6 +153,28 @@ def fused(engine: dict[str, dict[str, float]], model: dict[str, dict[str, float]
     return out
 
 
+def fused_window(window: Sequence[tuple[str, float | None, float]], weight: float) -> list[str]:
+    """The order the gateway serves for a reranked window (``(id, engine score, model score)`` in engine order) under
+    ``linear`` fusion at engine weight ``weight`` (ties by engine rank), as ``jingpai tune`` rebuilds it.
+
+    >>> fused_window([("a", 3.0, 0.1), ("b", 2.0, 0.9), ("c", 1.0, 0.5)], 1.0), fused_window([("a", 3.0, 0.1), ("b", 2.0, 0.9)], 0.0)
+    (['a', 'b', 'c'], ['b', 'a'])
+    """
+    from jingpai.reranker.fusion import FusionSpec, fused_order
+
+    fused = FusionSpec(mode="linear", weight=weight).fuse([h[1] for h in window], [h[2] for h in window], engine_ranks=range(1, len(window) + 1))
+    return [window[i][0] for i in fused_order(fused, range(1, len(window) + 1))]
+
+
+def weight_curve(windows: dict[str, Sequence[tuple[str, float | None, float]]], qrels: dict[str, dict[str, int]], metric: str,
+                 *, top_grade: int | None = None) -> dict[float, float]:
+    """``metric`` over judged documents of the fused windows at each engine weight of the report's grid (``TUNE_WEIGHTS``)."""
+    from bench.eval_common import TUNE_WEIGHTS
+
+    return {w: judged_metrics({q: fused_window(h, w) for q, h in windows.items()}, qrels, (metric,), top_grade=top_grade)[metric]
+            for w in TUNE_WEIGHTS}
+
+
 def random_rankings(qrels: dict[str, dict[str, int]], seed: int) -> dict[str, list[str]]:
     """Each query's judged candidates in a random order (``random.Random(seed)``, queries in qrels order)."""
     rng = random.Random(seed)

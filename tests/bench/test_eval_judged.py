@@ -19,6 +19,7 @@ from bench.report import parse_data_options, write_summary
 from jingpai.keyword_dict import build_dictionary
 from jingpai.keyword_dict.build import BuildSettings
 from jingpai.reranker import registry
+from jingpai.reranker.judged import read_judged
 from jingpai.reranker.tiny import build_tiny_checkpoint
 
 #: entity layout (A14): two companies and one whose pool holds only grade 0; ``u*`` passages are judged for nobody here
@@ -38,6 +39,9 @@ def write_entity_set(folder: Path) -> Path:
     (folder / "entity-meta-dev.tsv").write_text("entity_id\tshort_name\tfull_name\tstock_code\ta14_kb_id\n"
                                                 + "".join(f"{e}\t{s}\t{f}\t{e}\t0\n" for e, s, f in META), encoding="utf-8")
     (folder / "qrels-dev.tsv").write_text("".join(f"{q}\t{d}\t{g}\n" for q, d, g in QRELS), encoding="utf-8")
+    # a train split for the fusion-weight tuning: the first two companies again (a test; the real splits share none)
+    (folder / "entity-meta-train.tsv").write_text((folder / "entity-meta-dev.tsv").read_text(encoding="utf-8"), encoding="utf-8")
+    (folder / "qrels-train.tsv").write_text("".join(f"{q}\t{d}\t{g}\n" for q, d, g in QRELS[:5]), encoding="utf-8")
     return folder
 
 
@@ -132,11 +136,17 @@ def test_engine_protocol_through_the_gateway_and_serve(engine_urls: dict[str, st
     settings = ReportSettings(mode="full", data={"a14": write_entity_set(tmp_path / "a14")}, results_dir=tmp_path / "r",
                               work_dir=tmp_path / "w", device="cpu", engines=engine_urls)
     jset = eval_judged.load_set(settings, "a14")
-    tables = [eval_judged.engine_table(settings, "a14", kind, url, jset, {"tiny": tiny_model}) for kind, url in engine_urls.items()]
+    tuning, tuned = read_judged(tmp_path / "a14", "train"), {}
+    tables = [eval_judged.engine_table(settings, "a14", kind, url, jset, {"tiny": tiny_model}, tuned=tuned, tuning=tuning)
+              for kind, url in engine_urls.items()]
+    assert set(tuned) == {"tiny"} and 0.0 <= tuned["tiny"] < 1.0  # tuned once, on the first engine, used on both
+    assert sum(any(n.startswith("Tuned on") for n in t.notes) for t in tables) == 1
     for table, (kind, url) in zip(tables, engine_urls.items(), strict=True):
         assert not [n for n in table.notes if "not reranked" in n], table.notes
         rows = {r.cells["method"]: r.cells for r in table.rows}
-        assert list(rows) == [RAW_BM25, AUGMENTED_BM25, "+ rerank top 10, tiny, replace (model score alone)", "+ rerank top 10, tiny, linear fusion w=0.5"]
+        assert list(rows) == [RAW_BM25, AUGMENTED_BM25, "+ rerank top 10, tiny, replace (model score alone)", "+ rerank top 10, tiny, linear fusion w=0.5",
+                              f"+ rerank top 10, tiny, linear fusion w={tuned['tiny']:g} (tuned on held-out train queries)"]
+        assert table.rows[-1].command.split(" --data")[0].endswith(f"--only judged.a14.{kind}.rerank.tiny.tuned")
         # 平安银行 retrieves p1, p2, p3 and u1 (judged for nobody), 万科 v1, v2 and u2, 格力 only z1
         assert all(c[eval_judged.jm.JUDGED_SHARE] == pytest.approx((3 / 4 + 2 / 3 + 1) / 3) for c in rows.values())
         raw = {q: [h["_id"] for h in httpx.post(f"{url}/report-judged-a14-full/_search", json={"query": {"match": {"text": t}}, "size": 10})
@@ -148,7 +158,7 @@ def test_engine_protocol_through_the_gateway_and_serve(engine_urls: dict[str, st
     assert line.startswith(f"{tables[0].title}: nDCG@10 of {AUGMENTED_BM25} ") and f"{RAW_BM25} " in line
     path = write_summary(tables, tmp_path / "results" / "summary.json")
     records = json.loads(path.read_text(encoding="utf-8"))["records"]
-    assert len(records) == 4 * len(engine_urls)
+    assert len(records) == 5 * len(engine_urls)
     first = records[0]
     assert (first["dataset"], first["split"], first["protocol"], first["system"]) == ("a14", "dev", "engine", RAW_BM25)
     assert set(first["metrics"]) == {"nDCG@10", "MAP", "judged@10"} and first["command"] == tables[0].rows[0].command
@@ -171,3 +181,16 @@ def test_a_model_trained_elsewhere_is_adopted_by_its_recipe(tmp_path: Path, tiny
     assert CliRunner().invoke(bench, ["train", "a14-bge-cross", "zh-bge-zeroshot", "--adopt", str(trained)]).exit_code == 2
     bad = CliRunner().invoke(bench, ["train", "a14-bge-cross", "--adopt", str(tmp_path / "models"), "--models-dir", str(tmp_path / "m2")])
     assert bad.exit_code != 0 and "holds no saved jingpai model" in str(bad.exception or bad.output)
+
+
+def test_fusion_weights_are_tuned_on_training_queries_no_recipe_trains_on(shared_data: Path, tmp_path: Path, monkeypatch) -> None:
+    from bench.eval_models import RECIPES, read_recipe_data
+
+    monkeypatch.setattr(eval_common, "DATA_DIR", shared_data)
+    settings = ReportSettings(mode="full", work_dir=tmp_path)
+    tuning = eval_judged.tuning_set(settings, "a14")
+    trained_on = {p.query for p in read_recipe_data(RECIPES["a14-bge-bertca"], settings)[0]}
+    assert 15 <= len(tuning.qrels) <= 25 and not set(tuning.model_text.values()) & trained_on  # 10 % of A14's 207 train companies
+    assert not set(tuning.qrels) & set(eval_judged.load_set(settings, "a14").qrels)  # no dev company
+    assert all(d in tuning.docs for judged in tuning.qrels.values() for d in judged)
+
