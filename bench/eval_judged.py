@@ -9,13 +9,18 @@ the same layout). Two protocols, both scored by :mod:`bench.judged_metrics` over
   from its train queries and titles); each dev query's search text (A14: the company's short name) is searched,
   top ``window`` hits (:data:`SETS`: about as deep as the set's largest judged pool). Rows: BM25 on the raw field straight to the engine; BM25 + dictionary augmentation
   through the real gateway (``?jingpai=augment``); + rerank through the gateway (``?jingpai=rerank``) with the real
-  ``jingpai serve`` holding each model — fused as the gateway fuses by default (``linear``, engine weight 0.5),
-  and the model alone (the same answers re-sorted by ``_jingpai.model_score``: ``?jingpai_fusion=replace``).
+  ``jingpai serve`` holding each model — fused as the gateway fuses by default (``linear``, engine weight 0.5), at
+  the engine weight tuned on the held-out *training* queries of the set's recipes (:func:`tune_weights`), and the
+  model alone (the same answers re-sorted by ``_jingpai.model_score``: ``?jingpai_fusion=replace``).
   The model reads the query's model text (A14: ``short name（full name）``, sent as ``ext.jingpai.query``).
   ``judged@10``: the share of the top 10 that is judged for the query. Hybrid rows (bge vectors + rerank) plug
   in at :func:`hybrid_methods`.
 - **reorder**: no engine; every judged candidate of each dev query, ordered by BM25 (bm25s over jieba tokens),
-  by each model, by both fused, and at random (the report's seeds): :func:`bench.judged_metrics.reorder_rankings`.
+  by each model, by both fused, and at random (the report's seeds): :func:`reorder_table`.
+
+Rerun one row with its ``--only`` id: ``judged.<set>.reorder.<bm25|random|MODEL[.fused]>`` or
+``judged.<set>.<engine>.<direct|augment|rerank.MODEL[.replace|.tuned]>``. A model trained elsewhere with its recipe's
+``jingpai train`` line joins with ``python -m bench train KEY --adopt DIR``.
 
 Models: :data:`ZERO_SHOT` (bge-small-zh-v1.5's cosine, untrained) and each set's fine-tuned recipes
 (``bench/eval_models.py``); quick mode runs the zero-shot model on a few queries over part of each corpus.
