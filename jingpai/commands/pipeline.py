@@ -13,8 +13,8 @@ inside the node. This command writes the pipeline that makes it do for one index
   ``http.max_content_length`` is 100 MB) into the cluster state, like any pipeline;
 - ``jingpai_rerank`` (both halves, the same settings) gets the reranker, the fusion, the window and the
   gateway's other defaults, with the index's text fields as the fields sent to the reranker; the circuit
-  breaker's ``breaker_failures`` / ``breaker_reset_s`` and ``rerank_concurrency`` only when given (the processor's
-  defaults are the gateway's); ``--mode augment`` writes ``jingpai_keywords`` alone (no reranker);
+  breaker's ``breaker_failures`` / ``breaker_reset_s``, ``rerank_concurrency`` and ``max_answer_bytes`` only when
+  given (the processor's defaults are the gateway's); ``--mode augment`` writes ``jingpai_keywords`` alone (no reranker);
 - the pipeline becomes the index's ``index.search.default_pipeline`` (on an alias: on its physical indices,
   so run the command again after ``jingpai index`` builds a new one).
 """
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 PLUGIN_NAME = "jingpai"
 FUSIONS = ("linear", "rrf", "replace")
 #: settings written only when given (the processor's defaults are the gateway's)
-WHEN_GIVEN = ("breaker_failures", "breaker_reset_s", "rerank_concurrency")
+WHEN_GIVEN = ("breaker_failures", "breaker_reset_s", "rerank_concurrency", "max_answer_bytes")
 #: what the pipeline does: the gateway's modes but off (an index without a pipeline)
 PIPELINE_MODES = ("rerank", "augment")
 _INSTALL_HINT = ("start a node with it (`jingpai engine up --kind opensearch --plugins jingpai`) or install it on yours "
@@ -230,11 +230,13 @@ def write_pipeline(engine: Engine, index: str, settings: GatewaySettings, *, dic
 @click.option("--rerank-concurrency", type=int, default=None, metavar="N",
               help="Reranker calls in flight at once on each node; a search that gets no slot within --timeout-ms fails open "
                    "(reranker_busy) (default: the processor's, the gateway's 8).")
+@click.option("--max-answer-bytes", type=int, default=None, metavar="N",
+              help="The largest reranker answer read; a larger one fails open (reranker_bad_response) (default: the gateway's, 1048576).")
 @click.option("--name", default=None, help="Pipeline name (default: jingpai-<index>).")
 @click.option("--print-only", is_flag=True, help="Print the pipeline (without the inline base dictionary) instead of writing it.")
 def pipeline_cmd(index: str, reranker: str | None, mode: str, dict_dir: Path | None, engine: str, fusion: str, fusion_weight: float | None,
                  window: int | None, timeout_ms: int | None, breaker_failures: int | None, breaker_reset_s: float | None,
-                 rerank_concurrency: int | None, name: str | None, print_only: bool) -> None:
+                 rerank_concurrency: int | None, max_answer_bytes: int | None, name: str | None, print_only: bool) -> None:
     """Write the jingpai OpenSearch plugin's search pipeline for INDEX and make it the index's default."""
     from jingpai.engine.client import connect
     from jingpai.plugin.settings import GatewaySettings
@@ -243,7 +245,7 @@ def pipeline_cmd(index: str, reranker: str | None, mode: str, dict_dir: Path | N
         raise click.UsageError("--reranker URL is required to rerank (or write augmentation alone with --mode augment)")
     given = {k: v for k, v in (("fusion_weight", fusion_weight), ("window", window), ("timeout_ms", timeout_ms),
                                ("breaker_failures", breaker_failures), ("breaker_reset_s", breaker_reset_s),
-                               ("rerank_concurrency", rerank_concurrency)) if v is not None}
+                               ("rerank_concurrency", rerank_concurrency), ("max_answer_bytes", max_answer_bytes)) if v is not None}
     settings = GatewaySettings(engine_url=engine, reranker_url=reranker, fusion=fusion, **given)  # type: ignore[arg-type]
     written_when_given = tuple(name for name in WHEN_GIVEN if name in given)
     client = connect(engine)

@@ -62,3 +62,19 @@ def test_the_stand_in_serves_a_valid_ranking_through_the_same_pipeline(node: Eng
     standin.use("valid_best_first")
     info = node.search(index, BODY)["ext"]["jingpai"]
     assert info["reranked"] is True and info["window"] == 20, info
+
+
+def test_max_answer_bytes_is_the_pipelines_bound(node: Engine, index: str, standin: StandIn, dictionary) -> None:  # noqa: F811
+    """`jingpai plugin pipeline --max-answer-bytes 256` writes the bound; the stand-in's valid answer (~700 bytes) is then
+    too large, and the search fails open naming it; the default pipeline's bound is left to the processor."""
+    _, dict_dir = dictionary
+    base = ["plugin", "pipeline", "--index", index, "--reranker", standin.url, "--dict", str(dict_dir), "--engine", node.url]
+    printed = CliRunner().invoke(cli, [*base, "--print-only"])
+    assert printed.exit_code == 0 and "max_answer_bytes" not in printed.output, printed.output
+    result = CliRunner().invoke(cli, [*base, "--max-answer-bytes", "256", "--name", f"{index}-small"])
+    assert result.exit_code == 0, result.output
+    rerank = node.request("GET", f"/_search/pipeline/{index}-small")[f"{index}-small"]["response_processors"][0]["jingpai_rerank"]
+    assert rerank["max_answer_bytes"] == 256
+    standin.use("valid_best_first")
+    info = node.search(index, BODY)["ext"]["jingpai"]
+    assert (info["reranked"], info["reason"]) == (False, "reranker_bad_response"), info
