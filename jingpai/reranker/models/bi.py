@@ -34,9 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from jingpai.reranker.base import ModelLoadError, Pair, Reranker, RerankerConfig
-from jingpai.reranker.losses import in_window_loss
-from jingpai.reranker.models.cross import load_backbone, save_backbone, soft_targets
-from jingpai.reranker.models.use_bi import in_batch_loss, unique_texts
+from jingpai.reranker.models.cross import load_backbone, save_backbone
+from jingpai.reranker.models.use_bi import calibrated_loss, encode_texts, unique_texts
 
 Pooling = Literal["cls", "mean"]
 POOLINGS: tuple[str, ...] = ("cls", "mean")
@@ -153,15 +152,7 @@ class BiEncoderReranker(Reranker):
         return torch.sigmoid(self.net.a * cos + self.net.b)
 
     def loss(self, batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
-        u, v, cos = self.cosines(batch)
-        target = soft_targets(labels, self.config.max_label).to(cos.device)
-        logits = self.net.a * cos + self.net.b
-        loss = F.binary_cross_entropy_with_logits(logits, target)
-        if self.config.contrastive_weight > 0:
-            loss = loss + self.config.contrastive_weight * in_batch_loss(u, v, target >= 0.5, batch["d_index"], scale=self.config.scale)
-        if self.config.listwise_weight > 0:
-            loss = loss + self.config.listwise_weight * in_window_loss(logits, target, batch["q_index"])
-        return loss
+        return calibrated_loss(self, batch, labels)
 
     # ------------------------------------------------------------------ embedding
 
@@ -205,21 +196,9 @@ class BiEncoderReranker(Reranker):
         """Unit sentence vectors ``[B, H]`` of a :meth:`featurize_tokens` batch already on the device."""
         return self.net.embed(**batch)
 
-    @torch.inference_mode()
     def encode(self, texts: Sequence[str], *, batch_size: int = 32, normalize: bool = True) -> np.ndarray:
         """Sentence vectors ``float32 [N, H]`` in input order (sorted by length inside to cut padding)."""
-        if isinstance(texts, str):
-            raise TypeError("encode() takes a list of texts, not a single string")
-        self.net.eval()
-        ids = [t for t, _ in self.text_tokens(texts)]
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        out = np.empty((len(ids), self.embedding_dim), dtype=np.float32)
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            out[idx] = self.embeddings(self.to_device(self.featurize_tokens([ids[i] for i in idx]))).float().cpu().numpy()
-        if normalize:
-            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        return out
+        return encode_texts(self, texts, batch_size=batch_size, normalize=normalize)
 
     def save_assets(self, directory: Path) -> None:
         save_backbone(directory, self.tokenizer, self.net.encoder.config)

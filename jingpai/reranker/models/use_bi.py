@@ -123,6 +123,39 @@ def in_batch_loss(u: torch.Tensor, v: torch.Tensor, positive: torch.Tensor, d_in
     return (forward + backward) / 2
 
 
+def calibrated_loss(model, batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:  # noqa: ANN001
+    """A bi-encoder's training loss (``use-bi``, ``bi``): BCE of ``σ(a·cos + b)`` against the labels, plus the
+    in-batch negatives and the in-window loss at the weights its config gives."""
+    config = model.config
+    u, v, cos = model.cosines(batch)
+    target = soft_targets(labels, config.max_label).to(cos.device)
+    logits = model.net.a * cos + model.net.b
+    loss = F.binary_cross_entropy_with_logits(logits, target)
+    if config.contrastive_weight > 0:
+        loss = loss + config.contrastive_weight * in_batch_loss(u.float(), v.float(), target >= 0.5, batch["d_index"], scale=config.scale)
+    if config.listwise_weight > 0:
+        loss = loss + config.listwise_weight * in_window_loss(logits, target, batch["q_index"])
+    return loss
+
+
+@torch.inference_mode()
+def encode_texts(model, texts: Sequence[str], *, batch_size: int, normalize: bool) -> np.ndarray:  # noqa: ANN001
+    """A bi-encoder's vectors of ``texts`` in input order, through its ``text_tokens`` / ``featurize_tokens`` /
+    ``embeddings`` (sorted by length inside, to cut padding)."""
+    if isinstance(texts, str):
+        raise TypeError("encode() takes a list of texts, not a single string")
+    model.net.eval()
+    ids = [t for t, _ in model.text_tokens(texts)]
+    order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
+    out = np.empty((len(ids), model.embedding_dim), dtype=np.float32)
+    for start in range(0, len(order), batch_size):
+        idx = order[start : start + batch_size]
+        out[idx] = model.embeddings(model.to_device(model.featurize_tokens([ids[i] for i in idx]))).float().cpu().numpy()
+    if normalize:
+        out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+    return out
+
+
 class UseBiEncoderReranker(Reranker):
     """USE-m3 bi-encoder; score = calibrated P(match) from the cosine of the two sentence vectors."""
 
@@ -194,29 +227,10 @@ class UseBiEncoderReranker(Reranker):
         ``normalize``: scale each to unit length (USE's vectors already have it, so this only guards
         against rounding).
         """
-        if isinstance(texts, str):
-            raise TypeError("encode() takes a list of texts, not a single string")
-        self.net.eval()
-        ids = [t for t, _ in self.text_tokens(texts)]
-        order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        out = np.empty((len(ids), OUT_DIM), dtype=np.float32)
-        for start in range(0, len(order), batch_size):
-            idx = order[start : start + batch_size]
-            out[idx] = self.embeddings(self.to_device(self.featurize_tokens([ids[i] for i in idx]))).float().cpu().numpy()
-        if normalize:
-            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
-        return out
+        return encode_texts(self, texts, batch_size=batch_size, normalize=normalize)
 
     def loss(self, batch: dict[str, torch.Tensor], labels: torch.Tensor) -> torch.Tensor:
-        u, v, cos = self.cosines(batch)
-        target = soft_targets(labels, self.config.max_label).to(cos.device)
-        logits = self.net.a * cos + self.net.b
-        loss = F.binary_cross_entropy_with_logits(logits, target)
-        if self.config.contrastive_weight > 0:
-            loss = loss + self.config.contrastive_weight * in_batch_loss(u.float(), v.float(), target >= 0.5, batch["d_index"], scale=self.config.scale)
-        if self.config.listwise_weight > 0:
-            loss = loss + self.config.listwise_weight * in_window_loss(logits, target, batch["q_index"])
-        return loss
+        return calibrated_loss(self, batch, labels)
 
 
-__all__ = ["UseBiConfig", "UseBiEncoderReranker", "encode_unique", "in_batch_loss", "unique_texts"]
+__all__ = ["UseBiConfig", "UseBiEncoderReranker", "calibrated_loss", "encode_texts", "encode_unique", "in_batch_loss", "unique_texts"]
