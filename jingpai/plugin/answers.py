@@ -22,11 +22,12 @@ import json
 import math
 import socket
 from dataclasses import dataclass
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from jingpai.errors import JingpaiError
+
+if TYPE_CHECKING:  # plugin/settings.py reads MAX_ANSWER_BYTES from here: `jingpai gateway --help` must not import httpx
+    import httpx
 
 #: the largest answer read from a model service by default (``max_answer_bytes``): a window of 500 scores is
 #: about 20 KB, a 4096-d vector about 90 KB
@@ -60,6 +61,8 @@ class Answer:
 def client(timeout_s: float) -> httpx.AsyncClient:
     """The HTTP client of a model service: no proxies from the environment, a backstop timeout (the caller's deadline
     is the real bound) and a small receive buffer (:data:`RECEIVE_BUFFER`)."""
+    import httpx
+
     transport = httpx.AsyncHTTPTransport(socket_options=[(socket.SOL_SOCKET, socket.SO_RCVBUF, RECEIVE_BUFFER)])
     return httpx.AsyncClient(timeout=httpx.Timeout(timeout_s), trust_env=False, transport=transport)
 
