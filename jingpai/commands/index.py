@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from jingpai.commands.base import JingpaiGroup
-from jingpai.commands.options import MODEL_DIR, Opt, engine_option, settings_from, settings_options
+from jingpai.commands.options import MODEL_DIR, ModelDir, Opt, engine_option, settings_from, settings_options
 from jingpai.indexer.settings import MAX_DEPTH_CEILING, IndexSettings
 from jingpai.indexer.readers import FORMATS
 from jingpai.indexer.spark_settings import SparkIndexSettings
@@ -67,7 +67,7 @@ RUN_OPTIONS: dict[str, Opt] = {
     "rebuild": Opt(help="Build a new physical index even if one exists for this dictionary."),
     "progress": Opt(flag="--no-progress", negate=True, help="No progress bar."),
     "concurrency": Opt(type=click.IntRange(min=1), help="Bulk requests in flight at once."),
-    "vectors": Opt(metavar="MODEL", type=MODEL_DIR,
+    "vectors": Opt(metavar="MODEL", type=ModelDir(exists=False),
                    help="A saved bi-encoder (use-bi): one vector per document, indexed for kNN search "
                         "(OpenSearch needs `jingpai engine up --plugins knn`; with --spark the folder is shipped to the executors)."),
     "vector_chunking": Opt(help="With --vectors, text longer than the model's window: embed its first window, "

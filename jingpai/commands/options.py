@@ -58,6 +58,9 @@ class ModelDir(click.ParamType):
 
     name = "model"
 
+    def __init__(self, *, exists: bool = True) -> None:
+        self.exists = exists  # False: the command checks the folder itself (with its own message)
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path:
         from jingpai.reranker.pretrained import CATALOGUE  # stdlib only: --help stays light
 
@@ -65,7 +68,7 @@ class ModelDir(click.ParamType):
             return value
         if str(value) in CATALOGUE and not Path(value).exists():
             return Path(value)
-        return click.Path(exists=True, file_okay=False, path_type=Path).convert(value, param, ctx)
+        return click.Path(exists=self.exists, file_okay=False, path_type=Path).convert(value, param, ctx)
 
 
 #: the click type of every ``--model`` that loads a saved model, a cross-encoder folder or a catalogue name
