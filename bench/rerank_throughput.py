@@ -377,7 +377,9 @@ def main() -> None:
     gpu = f"; GPU {torch.cuda.get_device_name(0)}" if device == "cuda" else ""
     print(f"machine: {machine()}; CPU flags: {cpu_flags()}; torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"CPU native bf16: {cpu_has_native_bf16()}; load average {os.getloadavg()[0]:.1f}{gpu}")
-    print(f"model: cross, {args.size} shape ({'packaged weights' if args.size == 'minilm' else 'random weights'}) on {device} ({params / 1e6:.1f}M non-embedding params, fresh 1-logit head); "
+    shape = args.checkpoint if args.checkpoint and args.size == "minilm" else f"{args.size} shape"
+    weights = "random weights" if args.size != "minilm" else "its own weights" if args.checkpoint else "packaged weights"
+    print(f"model: cross, {shape} ({weights}) on {device} ({params / 1e6:.1f}M non-embedding params, fresh 1-logit head); "
           f"data {args.data}: {args.requests} requests × {args.docs} docs = {len(pairs)} pairs; "
           f"service clients {args.concurrency}; dtype auto → {auto_dtype}; service max_batch_tokens {budget}")
     print(f"measured matmul peak ({device if device == 'cuda' else f'{torch.get_num_threads()} threads'}): fp32 {peak['fp32']:.3f} TFLOP/s, "
