@@ -69,7 +69,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
-from bench.common import DATA_DIR, cpu_flags, machine  # noqa: E402
+from bench.common import DATA_DIR, cpu_flags, machine, wait_http  # noqa: E402
 from jingpai.engine import harness  # noqa: E402
 
 ALIAS = "attack"
@@ -107,18 +107,6 @@ class Summary:
 
 
 # ------------------------------------------------------------------------------------------ processes
-
-
-def wait_http(url: str, *, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2, trust_env=False).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f}s")
 
 
 def spawn(args: list[str], log: Path) -> subprocess.Popen:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,3 +52,18 @@ def local_engine(kind: harness.EngineKind, url: str | None = None, *, plugins: t
         yield node.url
     finally:
         harness.stop(settings, purge=True)
+
+
+def wait_http(url: str, *, timeout_s: float = 120.0) -> None:
+    """Until ``url`` answers below 500 (a server a bench started is up); RuntimeError after ``timeout_s``."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url, timeout=2, trust_env=False).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f}s")

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
-from bench.common import machine  # noqa: E402
+from bench.common import machine, wait_http  # noqa: E402
 from bench.standin_reranker import StandIn, load_cases  # noqa: E402
 from jingpai.engine import harness  # noqa: E402
 
@@ -186,7 +186,7 @@ def run(timeout_ms: int = 3000, cases: list[str] | None = None, rss_searches: in
             gateway = subprocess.Popen([*JINGPAI, "gateway", "--engine", engine.url, "--reranker", standin.url, "--port", str(port),
                                         "--mode", "rerank", "--timeout-ms", str(timeout_ms), "--breaker-failures", "1000"],
                                        stdout=(work / "gateway.log").open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
-            _wait(f"http://127.0.0.1:{port}/")
+            wait_http(f"http://127.0.0.1:{port}/")
             subprocess.run([*JINGPAI, "plugin", "pipeline", "--index", "faulty-plugin", "--reranker", standin.url, "--engine", engine.url,
                             "--timeout-ms", str(timeout_ms), "--breaker-failures", "1000"], check=True, capture_output=True, timeout=300)
             side_cases(report, "gateway", f"http://127.0.0.1:{port}/faulty-gw/_search", gateway.pid, standin, cases, rss_searches)
@@ -201,18 +201,6 @@ def run(timeout_ms: int = 3000, cases: list[str] | None = None, rss_searches: in
         if peak - before > RSS_LIMIT_MB:
             report.failures.append(f"gateway RSS grew {peak - before:.0f} MB (limit {RSS_LIMIT_MB:.0f}) while answering 40 MB bodies")
     return report
-
-
-def _wait(url: str, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(url, timeout=2, trust_env=False).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f}s")
 
 
 def main() -> int:

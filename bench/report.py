@@ -90,7 +90,7 @@ set, in the default set's layout; keys: `retrieval.lcqmc`, `retrieval.afqmc`, `r
 `qa.trecqa`, `qa.wikiqa`, `microblog.2011`, `microblog.2012` (folders with `a.toks`, `b.toks`, `sim.txt`,
 `id.txt`; Microblog's `id.txt` is the first-stage TREC run), `negatives.pawsx` (`id<TAB>s1<TAB>s2<TAB>label`
 with a header) and `a14`, `qbqtc`, `kuake` (judged folders as in ../shared/data/zh: a corpus JSONL, the dev queries or
-entity meta, `qrels-dev.tsv`). `--epochs N`, `--max-steps N` and `--batch-size N` override every trained recipe's settings
+entity meta, `qrels-dev.tsv`: evaluated, never trained or selected on). `--epochs N`, `--max-steps N` and `--batch-size N` override every trained recipe's settings
 (on top of its full/quick ones; such models are saved in their own folders and retrained when an override
 changes), which also runs the GPU-sized rows on a CPU. `--microblog-first-stage ql|bm25|both` (default both)
 picks what the Microblog reranker reorders: the provided query-likelihood run (as the HCAN paper; needs no
