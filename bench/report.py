@@ -14,11 +14,17 @@ Examples:
     python -m bench report --quick --sections qa --out /tmp/RESULTS.md
     python -m bench report --sections retrieval --opensearch http://127.0.0.1:9250 --elasticsearch http://127.0.0.1:9251
     python -m bench report --render-only
+    python -m bench report --page-only            # docs/RESULTS.md from docs/results/tables; --check: is it current?
     python -m bench report --sections microblog --microblog-first-stage ql --data microblog.2011=DIR --max-steps 100
     python -m bench report --quick --sections judged --only judged.a14 --data a14=DIR
 
-``docs/results/summary.json`` (next to the Markdown, in its ``results/`` folder) holds one record per data set, split,
-engine and system of the judged section (:func:`bench.judged_metrics.summary_records`), with its metrics and rerun command.
+``docs/RESULTS.md`` itself is the report of the current best (issue 57, :mod:`bench.report_page`): rendered from the
+saved records of ``docs/results/tables/*.json`` alone, with ``docs/results/summary.json`` (the headline, machine-readable),
+the plots beside it and README.md's "How well it works". ``--page-only`` renders just those, in seconds, without
+running anything (``--check``: only say whether they are current). A published run (no ``--quick``/``--only``/custom
+options) also imports its judged tables' rows into ``docs/results/tables/report-judged.json`` and writes every saved
+table in full to ``<results-dir>/RESULTS-tables.md``; other runs write that full rendering to their ``--out`` as before,
+with ``summary.json`` (the judged rows, :func:`write_summary`) beside it.
 """
 
 from __future__ import annotations
@@ -309,7 +315,7 @@ def render(tables: list[Table], *, seeds: tuple[int, ...], plots_dir: Path | Non
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=REPO / "out" / "work", show_default=True)
 @click.option("--out", "out_file", type=click.Path(dir_okay=False, path_type=Path), default=None, help="Markdown output [docs/RESULTS.md; quick: <results-dir>/RESULTS.md].")
 @click.option("--plots/--no-plots", default=True, show_default=True, help="Write PNG plots next to the Markdown (docs/results/ for the full report).")
-@click.option("--render-only", is_flag=True, help="Only render the Markdown from saved tables.")
+@click.option("--render-only", is_flag=True, help="Run no section: render from the saved tables (the published page: also import their judged rows).")
 @click.option("--retrain", is_flag=True, help="Train models again even when a saved run exists.")
 @click.option("--data", "data", multiple=True, metavar="KEY=PATH",
               help=f"Replace one evaluation data set (repeatable). Keys: {', '.join(DATA_KEYS)}.")
@@ -319,12 +325,42 @@ def render(tables: list[Table], *, seeds: tuple[int, ...], plots_dir: Path | Non
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Override the batch size of every trained recipe.")
 @click.option("--microblog-first-stage", type=click.Choice(FIRST_STAGES), default="both", show_default=True,
               help="Microblog: rerank the provided query-likelihood run (ql, as the HCAN paper), BM25 from the engine (bm25) or both.")
+@click.option("--page-only", is_flag=True,
+              help="Only render docs/RESULTS.md, summary.json, the plots and README's section from docs/results/tables (fast; runs nothing).")
+@click.option("--check", is_flag=True, help="With --page-only: write nothing, fail when the page, summary.json or README's section is stale.")
+@click.option("--tables-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Saved records the page is rendered from [docs/results/tables].")
+@click.option("--readme", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="README whose 'How well it works' section --page-only rewrites [README.md when --out is docs/RESULTS.md, else none].")
 @click.option("-v", "--verbose", count=True)
 def report(quick, sections, only, opensearch, elasticsearch, start_engines, device, seeds, results_dir, models_dir, work_dir,
-           out_file, plots, render_only, retrain, data, epochs, max_steps, batch_size, microblog_first_stage, verbose) -> None:
+           out_file, plots, render_only, retrain, data, epochs, max_steps, batch_size, microblog_first_stage, page_only, check,
+           tables_dir, readme, verbose) -> None:
     """Run the evaluation sections and write the results report."""
     logging.basicConfig(level=logging.WARNING if not verbose else logging.INFO if verbose == 1 else logging.DEBUG,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from bench import report_page
+    from bench.report_records import TABLES_DIR, RecordError, save_imported
+
+    tables_dir = tables_dir or TABLES_DIR
+    if check and not page_only:
+        raise click.UsageError("--check goes with --page-only")
+    if page_only:
+        page = out_file or report_page.PAGE
+        readme = readme or (report_page.README if page.resolve() == report_page.PAGE.resolve() else None)
+        try:
+            files = report_page.outputs(tables_dir=tables_dir, page=page, readme=readme, plots=plots)
+        except RecordError as exc:
+            raise click.ClickException(str(exc)) from exc
+        if check:
+            old = report_page.stale(files)
+            if old:
+                raise click.ClickException("stale: " + ", ".join(map(str, old)) + " — run `python -m bench report --page-only`")
+            click.echo(f"[report] {page} is current ({sum(t is not None for t in files.values())} files checked; plots are not compared)", err=True)
+            return
+        for path in report_page.write(files, tables_dir=tables_dir):
+            click.echo(f"[report] wrote {path}", err=True)
+        return
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     chosen = [s.strip() for s in sections.split(",") if s.strip()]
@@ -388,13 +424,30 @@ def report(quick, sections, only, opensearch, elasticsearch, start_engines, devi
                     click.echo(f"[report] saved {path}", err=True)
                 click.echo(f"[report] section {section} done in {time.perf_counter() - started:.0f} s", err=True)
     tables = load_tables(results_dir)
-    plots_dir = (out_file.parent / "results") if plots else None
-    text = render(tables, seeds=seed_list, plots_dir=plots_dir, rel_plots="results")
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    out_file.write_text(text, encoding="utf-8")
-    click.echo(f"[report] wrote {out_file} ({len(tables)} tables)", err=True)
-    summary = write_summary(tables, out_file.parent / "results" / "summary.json")
-    if summary is not None:
-        click.echo(f"[report] wrote {summary}", err=True)
+    if out_file.resolve() == report_page.PAGE.resolve():
+        # the published page is the report of the current best, from the saved records (issue 57); this run's judged
+        # rows join those records, and every table it holds is rendered in full beside its JSON
+        imported = save_imported(tables, tables_dir)
+        if imported is not None:
+            click.echo(f"[report] wrote {imported}", err=True)
+        full = results_dir / "RESULTS-tables.md"
+        full.parent.mkdir(parents=True, exist_ok=True)
+        full.write_text(render(tables, seeds=seed_list, plots_dir=(results_dir / "plots") if plots else None, rel_plots="plots"), encoding="utf-8")
+        click.echo(f"[report] wrote {full} ({len(tables)} tables)", err=True)
+        try:
+            files = report_page.outputs(tables_dir=tables_dir, page=out_file, readme=readme or report_page.README, plots=plots)
+        except RecordError as exc:
+            raise click.ClickException(str(exc)) from exc
+        for path in report_page.write(files, tables_dir=tables_dir):
+            click.echo(f"[report] wrote {path}", err=True)
+    else:
+        plots_dir = (out_file.parent / "results") if plots else None
+        text = render(tables, seeds=seed_list, plots_dir=plots_dir, rel_plots="results")
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        out_file.write_text(text, encoding="utf-8")
+        click.echo(f"[report] wrote {out_file} ({len(tables)} tables)", err=True)
+        summary = write_summary(tables, out_file.parent / "results" / "summary.json")
+        if summary is not None:
+            click.echo(f"[report] wrote {summary}", err=True)
     if failures:
         raise click.ClickException("some sections could not run: " + "; ".join(failures))
