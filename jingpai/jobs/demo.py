@@ -13,8 +13,10 @@ Steps (each reported through ``echo``):
    (:mod:`jingpai.jobs.demo_data`).
 3. **index** — :func:`jingpai.indexer.pipeline.index_corpus` of ``corpus`` if given, else
    ``<data dir>/zh/cnews_sample/docs.tsv`` if present (converted to JSONL), else the shipped demo
-   corpus; the shipped corpus of ambiguous names is always indexed too (``<index>-entities``).
-4. **model** — ``model_dir`` if given; else the pretrained USE-multilingual bi-encoder (``use-bi``)
+   corpus; the shipped corpus of ambiguous names is always indexed too (``<index>-entities``), and without a
+   given corpus the A14 stock-news passages when present (``<index>-a14``).
+4. **model** — ``model_dir`` if given; else bge-small-zh-v1.5 zero-shot when ``jingpai models pull bge-small-zh``
+   has installed it (:data:`DEMO_PRETRAINED`); else the pretrained USE-multilingual bi-encoder (``use-bi``)
    briefly fine-tuned on pseudo-relevance pairs of the indexed corpus (:mod:`jingpai.jobs.demo_model`)
    and cached. If that fails the demo goes on without a
    reranker and the UI shows a banner (fail-open).
@@ -54,7 +56,7 @@ from jingpai.jobs.demo_data import (
     read_jsonl,
     read_jsonl_or_records,
 )
-from jingpai.jobs.demo_settings import DemoError, DemoSettings, Echo
+from jingpai.jobs.demo_settings import DEFAULT_WINDOW, PRETRAINED_WINDOW, DemoError, DemoSettings, Echo
 from jingpai.jobs.demo_watch import parts, watch
 from jingpai.serving import ServerStartError, ServerThread
 
@@ -157,8 +159,12 @@ def prepare_model(settings: DemoSettings, corpora: list[CorpusChoice], dictionar
         return None, "The demo runs without a rerank model (--no-rerank-model)."
     if settings.model_dir is not None:
         return _given_model(settings.model_dir, echo), None
+    pretrained = _pretrained_model(echo)
+    if pretrained is not None:
+        return pretrained, None
     from jingpai.jobs import demo_model
 
+    corpora = [c for c in corpora if c.origin != "a14"]  # pseudo pairs need titles and categories, which A14 lacks
     paths = [c.path for c in corpora]
     directory = settings.demo_dir / f"model-{fingerprint(paths, dictionary.version + demo_model.RECIPE)}"
     if (directory / MODEL_FILE).is_file():
@@ -178,6 +184,32 @@ def prepare_model(settings: DemoSettings, corpora: list[CorpusChoice], dictionar
         return None, f"The rerank model could not be trained ({type(exc).__name__}: {exc}); the jingpai column shows the engine order."
     echo(f"      {report}")
     return directory, None
+
+
+#: the demo's reranker when no ``--model`` is given and ``jingpai models pull`` (the bootstrap) has installed it: untrained,
+#: it beats every Chinese model trained on the demo's pseudo pairs, and it needs no first-run training
+DEMO_PRETRAINED = "bge-small-zh"
+
+
+def _pretrained_model(echo: Echo) -> Path | None:
+    """The zero-shot :data:`DEMO_PRETRAINED` bi-encoder's folder, or ``None`` (logged) when it is not installed."""
+    from jingpai.errors import UserError
+    from jingpai.reranker.pretrained import resolve
+
+    try:
+        path = resolve(DEMO_PRETRAINED)
+    except UserError as exc:  # not installed, or its cached jar fails conversion: the demo still starts
+        logger.warning("demo model: %s; training the USE-multilingual demo model instead", exc)
+        echo(f"      {DEMO_PRETRAINED} is not installed (`jingpai models pull {DEMO_PRETRAINED}`); training the USE-multilingual demo model instead")
+        return None
+    echo(f"      using {DEMO_PRETRAINED} zero-shot (the cosine of its CLS vectors) from {path}")
+    return path
+
+
+def _pretrained_folder() -> Path:
+    from jingpai.reranker.pretrained import folder
+
+    return folder(DEMO_PRETRAINED)
 
 
 def _given_model(model_dir: Path, echo: Echo) -> Path:
@@ -222,8 +254,10 @@ def start_reranker(settings: DemoSettings, model_dir: Path) -> ServerThread:
     return _start(ServerThread(app, settings.reranker_port, host=settings.host, name="reranker"))
 
 
-def start_gateway(settings: DemoSettings, engine_url: str, reranker_url: str | None, dict_dir: Path, banner: str | None, default_index: str) -> ServerThread:
-    """The gateway (with the UI, opening on ``default_index`` and showing ``banner``) in a thread on ``settings.port``."""
+def start_gateway(settings: DemoSettings, engine_url: str, reranker_url: str | None, dict_dir: Path, banner: str | None, default_index: str,
+                  *, window: int | None = None) -> ServerThread:
+    """The gateway (with the UI, opening on ``default_index`` and showing ``banner``) in a thread on ``settings.port``,
+    reranking ``window`` hits (``None``: ``settings.window``, else :data:`DEFAULT_WINDOW`)."""
     from jingpai.plugin.gateway import create_app
     from jingpai.plugin.settings import GatewaySettings
     from jingpai.ui.app import UiSettings, ui_routes
@@ -234,7 +268,7 @@ def start_gateway(settings: DemoSettings, engine_url: str, reranker_url: str | N
         host=settings.host,
         port=settings.port,
         dict_dirs=(dict_dir,),
-        window=settings.window,
+        window=window or settings.window or DEFAULT_WINDOW,
         fusion=settings.fusion,
         fusion_weight=settings.fusion_weight,
         # a loaded 2-core laptop must not turn every demo search into a fail-open one
@@ -288,10 +322,11 @@ def start_demo(settings: DemoSettings, *, echo: Echo = print) -> DemoStack:
 
         t = _step(echo, 6, "gateway")
         default_index = corpora[-1].index if corpora[-1].origin == "shipped" else corpora[0].index
+        window = settings.window or (PRETRAINED_WINDOW if stack.model_dir is not None and stack.model_dir == _pretrained_folder() else DEFAULT_WINDOW)
         stack.gateway = start_gateway(
-            settings, engine_url, stack.reranker.url if stack.reranker else None, dict_dir, stack.banner, default_index
+            settings, engine_url, stack.reranker.url if stack.reranker else None, dict_dir, stack.banner, default_index, window=window
         )
-        _done(echo, t, f"gateway on {stack.gateway.url} (point Elasticsearch/OpenSearch clients here)")
+        _done(echo, t, f"gateway on {stack.gateway.url}, reranking the top {window} hits (point Elasticsearch/OpenSearch clients here)")
         return stack
     except BaseException:
         if stack is not None:

@@ -3,7 +3,9 @@
 - dictionary: :func:`jingpai.keyword_dict.build_dictionary` over the THUCNews titles in the data directory
   (when present) plus the shipped demo corpus's categories, cached under the cache dir;
 - corpora: the given one, else ``<data dir>/zh/cnews_sample/docs.tsv`` (converted to JSONL), else the
-  shipped demo corpus; the shipped corpus of ambiguous names is always indexed too (``<index>-entities``).
+  shipped demo corpus; the shipped corpus of ambiguous names is always indexed too (``<index>-entities``), and
+  without a given corpus the A14 stock-news passages when the data directory has them (``<index>-a14``: type a
+  listed company's short name and watch rerank lift the passages that are really about the company).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ DEMO_CORPUS = Path(__file__).resolve().parent / "demo_corpus" / "news.jsonl"
 DICT_RECIPE = "demo-dict-1"
 CNEWS = Path("zh") / "cnews_sample" / "docs.tsv"
 THUCNEWS = Path("zh") / "thucnews_titles"
+A14 = Path("zh") / "a14_stock_news" / "articles.jsonl"
 
 
 def fingerprint(paths: Iterable[Path], extra: str = "") -> str:
@@ -144,6 +147,36 @@ def convert_cnews(source: Path, target: Path) -> int:
     return count
 
 
+def convert_a14(source: Path, target: Path) -> int:
+    """Write the A14 passages (JSONL ``{id, text}``) as JSONL ``{id, content}`` (the demo indexes ``title``/``content``).
+
+    Returns:
+        The number of passages written.
+
+    Raises:
+        DemoError: a line that is not a JSON object with a string ``id`` and a non-empty string ``text`` (file and
+            line named).
+    """
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    count = 0
+    with source.open(encoding="utf-8") as fh, partial.open("w", encoding="utf-8") as out:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DemoError(f"{source}:{number}: not JSON ({exc.msg})") from exc
+            if not (isinstance(record, dict) and isinstance(record.get("id"), str) and isinstance(record.get("text"), str)
+                    and record["text"].strip()):
+                raise DemoError(f"{source}:{number}: expected an object with a string `id` and a non-empty string `text`")
+            out.write(json.dumps({"id": record["id"], "content": record["text"].strip()}, ensure_ascii=False) + "\n")
+            count += 1
+    partial.replace(target)
+    return count
+
+
 @dataclass(frozen=True)
 class CorpusChoice:
     """One corpus to index: file, index alias, id field and where it came from."""
@@ -151,11 +184,12 @@ class CorpusChoice:
     path: Path
     index: str
     id_field: str | None
-    origin: Literal["given", "cnews", "shipped"]
+    origin: Literal["given", "cnews", "a14", "shipped"]
 
 
 def choose_corpora(settings: DemoSettings, echo: Echo) -> list[CorpusChoice]:
-    """The main corpus (given / cnews sample / shipped) and, when that is not it, the shipped one too."""
+    """The main corpus (given / cnews sample / shipped), the A14 passages when present and no corpus is given, and,
+    when the main one is not it, the shipped one (last: the UI opens on it)."""
     from jingpai.indexer.readers import CorpusError, SourceRecord, read_corpus
 
     cnews = settings.resolved_data_dir / CNEWS
@@ -177,6 +211,13 @@ def choose_corpora(settings: DemoSettings, echo: Echo) -> list[CorpusChoice]:
     else:
         main = CorpusChoice(DEMO_CORPUS, settings.index, "id", "shipped")
     choices = [main]
+    a14 = settings.resolved_data_dir / A14
+    if settings.corpus is None and a14.is_file():
+        target = settings.demo_dir / "corpora" / f"a14-{fingerprint([a14])}.jsonl"
+        if not target.exists():
+            count = convert_a14(a14, target)
+            echo(f"      converted {count} A14 stock-news passages from {a14}")
+        choices.append(CorpusChoice(target, f"{settings.index}-a14", "id", "a14"))
     if main.origin != "shipped":
         choices.append(CorpusChoice(DEMO_CORPUS, f"{settings.index}-entities", "id", "shipped"))
     return choices
@@ -208,6 +249,6 @@ def read_jsonl_or_records(path: Path) -> list[dict]:
 
 
 __all__ = [
-    "CNEWS", "DEMO_CORPUS", "DICT_RECIPE", "THUCNEWS", "CorpusChoice", "build_demo_dictionary", "choose_corpora", "cnews_title",
-    "convert_cnews", "fingerprint", "index_corpora", "read_jsonl", "read_jsonl_or_records",
+    "A14", "CNEWS", "DEMO_CORPUS", "DICT_RECIPE", "THUCNEWS", "CorpusChoice", "build_demo_dictionary", "choose_corpora", "cnews_title",
+    "convert_a14", "convert_cnews", "fingerprint", "index_corpora", "read_jsonl", "read_jsonl_or_records",
 ]

@@ -38,6 +38,12 @@ def default_data_dir() -> Path:
     return Path(os.environ.get("JINGPAI_DATA_DIR") or Path("..") / "shared" / "data")
 
 
+#: engine hits reranked by the demo's own (USE-multilingual) model or a given one
+DEFAULT_WINDOW = 50
+#: engine hits reranked by the zero-shot bge-small-zh, whose encoding is about 20 times slower than USE-multilingual's
+PRETRAINED_WINDOW = 20
+
+
 @dataclass(frozen=True)
 class DemoSettings:
     """Everything ``jingpai demo`` can be told.
@@ -59,7 +65,9 @@ class DemoSettings:
         train_budget_s: wall-clock budget of the first-run model training.
         threads: torch threads for training and serving (``None``: torch's default).
         progress: show progress bars while indexing.
-        window: engine hits the gateway reranks.
+        window: engine hits the gateway reranks; ``None``: :data:`PRETRAINED_WINDOW` with the zero-shot bge-small-zh
+            (a BERT: about 3 GFLOP per hit at length 128, so 20 hits take about a second on a 2-core CPU), else
+            :data:`DEFAULT_WINDOW`.
         fusion, fusion_weight: how the gateway fuses the engine's and the model's scores (``fusion_weight``
             is the engine's weight); the defaults were measured on the demo's pseudo-relevance tuning
             queries with ``scripts/demo_eval.py`` (docs/demo.md).
@@ -80,7 +88,7 @@ class DemoSettings:
     train_budget_s: float = 150.0
     threads: int | None = None
     progress: bool = False
-    window: int = 50
+    window: int | None = None
     fusion: FusionMode = "linear"
     fusion_weight: float = 0.8
 
@@ -101,7 +109,7 @@ class DemoSettings:
             raise ValueError(f"index must be a lower-case index name (a-z, 0-9, . _ -), got {self.index!r}")
         if self.train_budget_s <= 0:
             raise ValueError(f"train_budget_s must be > 0, got {self.train_budget_s!r}")
-        if self.window < 1:
+        if self.window is not None and self.window < 1:
             raise ValueError(f"window must be >= 1, got {self.window!r}")
         FusionSpec(mode=self.fusion, weight=self.fusion_weight)  # raises FusionError (a ValueError) naming the bad value
 

@@ -25,9 +25,11 @@ from jingpai.jobs.demo import (
     choose_corpora,
     cnews_title,
     convert_cnews,
+    prepare_model,
     read_jsonl,
     start_demo,
 )
+from jingpai.jobs.demo_data import convert_a14
 from jingpai.jobs.demo_model import DemoModelError, DemoRecipe, pseudo_pairs, train_demo_model
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,6 +109,53 @@ def test_choose_corpora(tmp_path):
     given.write_text(json.dumps({"title": "t", "content": "c"}) + "\n", encoding="utf-8")
     main, _ = choose_corpora(DemoSettings(corpus=given, data_dir=tmp_path / "data", cache_dir=tmp_path / "cache"), quiet)
     assert (main.path, main.origin, main.id_field) == (given, "given", None)
+
+    # the A14 passages join when present, before the shipped corpus (the UI opens on the last) and only without --corpus
+    a14 = tmp_path / "data" / "zh" / "a14_stock_news" / "articles.jsonl"
+    a14.parent.mkdir(parents=True)
+    a14.write_text(json.dumps({"id": "a14_1", "text": " 中国长城发布年报 "}, ensure_ascii=False) + "\n", encoding="utf-8")
+    main, passages, extra = choose_corpora(DemoSettings(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache"), quiet)
+    assert (main.origin, passages.origin, passages.index, extra.origin) == ("cnews", "a14", "jingpai-demo-a14", "shipped")
+    assert read_jsonl(passages.path) == [{"id": "a14_1", "content": "中国长城发布年报"}]
+    assert [c.origin for c in choose_corpora(DemoSettings(corpus=given, data_dir=tmp_path / "data", cache_dir=tmp_path / "cache"), quiet)] \
+        == ["given", "shipped"]
+
+
+def test_convert_a14_names_the_bad_line(tmp_path):
+    source = tmp_path / "articles.jsonl"
+    source.write_text('{"id": "a", "text": "好"}\n{"id": "b"}\n', encoding="utf-8")
+    with pytest.raises(DemoError, match=r"articles.jsonl:2: expected an object with a string `id` and a non-empty string `text`"):
+        convert_a14(source, tmp_path / "out.jsonl")
+    source.write_text("{oops\n", encoding="utf-8")
+    with pytest.raises(DemoError, match=r"articles.jsonl:1: not JSON"):
+        convert_a14(source, tmp_path / "out.jsonl")
+
+
+def test_demo_model_is_bge_zero_shot_when_installed_else_the_trained_fallback(tmp_path, monkeypatch):
+    from jingpai.reranker.pretrained import installed
+
+    if not installed("bge-small-zh"):
+        pytest.skip("bge-small-zh is not installed (scripts/bootstrap runs `jingpai models pull bge-small-zh`)")
+    lines: list[str] = []
+    settings = DemoSettings(data_dir=tmp_path / "no-data", cache_dir=tmp_path / "cache")
+    path, banner = prepare_model(settings, [], None, lines.append)
+    assert banner is None and (path / "config.json").is_file()
+    assert lines == [f"      using bge-small-zh zero-shot (the cosine of its CLS vectors) from {path}"]
+    assert Reranker.load(path, device="cpu").name.startswith("bi")
+
+    # without it (an empty cache) the demo says so and falls back to training its USE-multilingual model
+    monkeypatch.setenv("JINGPAI_CACHE_DIR", str(tmp_path / "empty"))
+    import jingpai.jobs.demo_model as demo_model
+
+    def no_training(*_args, **_kwargs):
+        raise RuntimeError("training skipped in this test")
+
+    monkeypatch.setattr(demo_model, "train_demo_model", no_training)
+    lines.clear()
+    dictionary = type("D", (), {"version": "v"})()
+    path, banner = prepare_model(settings, [], dictionary, lines.append)
+    assert path is None and "training skipped in this test" in banner
+    assert lines[0] == "      bge-small-zh is not installed (`jingpai models pull bge-small-zh`); training the USE-multilingual demo model instead"
 
 
 def test_pseudo_pairs_have_one_positive_and_other_category_negatives(demo_dictionary):
