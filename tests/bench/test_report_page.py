@@ -249,3 +249,29 @@ def test_a_report_runs_judged_tables_join_the_records(tmp_path: Path) -> None:
     row = report_page.headline(load_records(tables))[0]
     assert row["best_rerank"]["value"] == 0.95 and row["augmented"]["value"] == 0.67
     assert row["bm25"]["id"] == "report.a14.opensearch.bm25-raw-field-engine-direct"  # the more recent BM25 row
+
+
+def test_a_published_render_imports_the_judged_tables_and_keeps_the_full_tables_beside_them(tmp_path: Path, monkeypatch) -> None:
+    """``--render-only`` onto the published page: the saved judged table's rows become records, the page quotes them,
+    and every saved table is still rendered in full, next to the results folder (not on the page)."""
+    from bench.eval_common import save_table
+
+    results, tables = tmp_path / "out-report", tmp_path / "tables"
+    shutil.copytree(TABLES_DIR, tables)
+    page, readme = tmp_path / "docs" / "RESULTS.md", tmp_path / "README.md"
+    readme.write_text("# x\n\n## Quick start\n", encoding="utf-8")
+    monkeypatch.setattr(report_page, "PAGE", page)
+    table = Table(key="judged-kuake-reorder", section="judged", title="KUAKE-QTR dev — reordering the judged list (full)",
+                  columns=["method", "queries", "nDCG@3"], meta={"dataset": "kuake", "split": "dev", "protocol": "reorder", "mode": "full",
+                                                                  "date": "2026-12-03 09:00 UTC (commit def)"},
+                  rows=[Row({"method": "kuake-bge-cross (model score alone)", "queries": 600, "nDCG@3": 0.9351}, "python -m bench report --sections judged --only judged.kuake.reorder.kuake-bge-cross")])
+    save_table(table, results)
+    args = ["report", "--render-only", "--results-dir", str(results), "--out", str(page), "--tables-dir", str(tables),
+            "--readme", str(readme), "--no-plots"]
+    result = CliRunner().invoke(bench, args)
+    assert result.exit_code == 0, result.output
+    assert (tables / "report-judged.json").is_file()
+    kuake = next(line for line in page.read_text(encoding="utf-8").split("\n") if line.startswith("| KUAKE-QTR"))
+    assert "| **0.935** |" in kuake and "`kuake-bge-cross` (3)" in kuake
+    assert "| KUAKE-QTR (dev) | nDCG@3 | 0.873 | **0.935** | +0.062 | `kuake-bge-cross` |" in readme.read_text(encoding="utf-8")
+    assert "### KUAKE-QTR dev — reordering the judged list (full)" in (results / "RESULTS-tables.md").read_text(encoding="utf-8")
