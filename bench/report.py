@@ -7,8 +7,9 @@ OpenSearch and Elasticsearch through the gateway, and pair classification on the
 ``speed`` (the bench/ scripts' ratios). ``--quick`` uses small slices and tiny models (minutes on
 2 cores; the test runs it); the full mode produced docs/RESULTS.md.
 
-Each section saves one JSON per table under ``--results-dir``; RESULTS.md is rendered from every table
-found there, so rows measured on another machine (GPU training runs) join the same report.
+Each section saves one JSON per table under ``--results-dir``; the full rendering of every table found there (rows
+measured on another machine, GPU training runs, join it) goes to ``--out`` — or, for the published report, to
+``<results-dir>/RESULTS-tables.md`` beside them (below).
 
 Examples:
     python -m bench report --quick --sections qa --out /tmp/RESULTS.md

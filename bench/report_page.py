@@ -11,7 +11,8 @@
 - README.md's "How well it works" section (between :data:`README_START` and :data:`README_END`), from summary.json.
 
 Numbers in the section texts are placeholders resolved from the records: ``{ID:METRIC}`` (the value), ``{ID - ID2:METRIC}``
-(the signed difference), with ``|pm`` (mean ± std) or ``|pct`` (per cent); an unknown id or metric is an error.
+(the signed difference; ``|abs``: its size), with ``|pm`` (mean ± std) or ``|pct`` (per cent); an unknown id or
+metric is an error.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def _metric(record: dict[str, Any], metric: str) -> Any:
     return record["metrics"][metric]
 
 
-PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.+-]+)(?: - ([A-Za-z0-9_.+-]+))?:([^{}|\n]+)(?:\|(pm|pct))?\}")
+PLACEHOLDER = re.compile(r"\{([A-Za-z0-9_.+-]+)(?: - ([A-Za-z0-9_.+-]+))?:([^{}|\n]+)(?:\|(pm|pct|abs))?\}")
 
 
 def resolve(text: str, by_id: dict[str, dict[str, Any]]) -> str:
@@ -97,7 +98,7 @@ def resolve(text: str, by_id: dict[str, dict[str, Any]]) -> str:
         number = value(cell) or 0.0
         if second:
             number -= value(_metric(record(second), metric)) or 0.0
-            return fmt(metric, number, signed=True)
+            return fmt(metric, abs(number)) if flag == "abs" else fmt(metric, number, signed=True)
         if flag == "pct":
             return f"{number * 100:.1f} %"
         if flag == "pm" and isinstance(cell, dict) and cell.get("n", 1) > 1:

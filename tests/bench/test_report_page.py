@@ -155,8 +155,8 @@ def test_an_id_used_twice_names_both_files(tmp_path: Path) -> None:
 def test_placeholders_quote_values_differences_and_spreads() -> None:
     by_id = {"a": {"id": "a", "table": "t.json", "metrics": {"MAP": {"mean": 0.8415, "std": 0.0141, "n": 3}, "p50 ms": 650}},
              "b": {"id": "b", "table": "t.json", "metrics": {"MAP": 0.7637, "p50 ms": 42.1}}}
-    text = "{a:MAP} {a:MAP|pm} {a - b:MAP} {b - a:MAP} {a:p50 ms} {b:p50 ms} {b:MAP|pct} {\"id\": 1}"
-    assert report_page.resolve(text, by_id) == "0.842 0.842 ± 0.014 +0.078 -0.078 650 42.1 76.4 % {\"id\": 1}"
+    text = "{a:MAP} {a:MAP|pm} {a - b:MAP} {b - a:MAP} {b - a:MAP|abs} {a:p50 ms} {b:p50 ms} {b:MAP|pct} {\"id\": 1}"
+    assert report_page.resolve(text, by_id) == "0.842 0.842 ± 0.014 +0.078 -0.078 0.078 650 42.1 76.4 % {\"id\": 1}"
     with pytest.raises(RecordError, match="the page quotes record 'c', which no saved table holds"):
         report_page.resolve("{c:MAP}", by_id)
     with pytest.raises(RecordError, match=r"t.json: record 'b' has no metric 'MRR' \(it has: MAP, p50 ms\)"):
