@@ -224,6 +224,13 @@ def render_page(records: list[dict[str, Any]], *, plots: list[str] | None = None
     from bench import report_text
 
     by_id = {r["id"]: r for r in records}
+    # the texts quote the current record: one superseded (three seeds for one, say) is read through its successor
+    successor = {old: r["id"] for r in records for old in ([r["supersedes"]] if isinstance(r.get("supersedes"), str) else r.get("supersedes", []))}
+    for old in successor:
+        new = old
+        for _ in range(len(successor) + 1):
+            new = successor.get(new, new)
+        by_id[old] = by_id[new]
     rows = headline(records)
     images = {Path(p).stem: f"![{Path(p).stem}](results/{Path(p).name})" for p in (plots or [])}
     text = "\n".join(p.strip("\n") + "\n" for p in (report_text.INTRO, headline_markdown(rows), report_text.HEADLINE_NOTES,

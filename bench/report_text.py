@@ -211,6 +211,6 @@ and README's "How well it works", and `python -m bench report --page-only --chec
 record needs `id`, `dataset`, `split` (a report split), `role` (`bm25`, `augmented`, `rerank`, `hybrid+rerank`,
 `baseline`, `paper`, …), `system`, `metrics` (a number or `{"mean", "std", "n"}` per metric), `date`, `issue`, `source`
 and `command`; optional `model`, `use`, `seeds`, `engine`, `hardware`, `note`, and `supersedes` (the ids it replaces here:
-they stay in their file). The headline takes, per data set, the highest current `rerank` / `hybrid+rerank` record of its
+they stay in their file, and the texts' quotes of them read the new record). The headline takes, per data set, the highest current `rerank` / `hybrid+rerank` record of its
 metric. A full `python -m bench report --sections judged` run writes its rows to `results/tables/report-judged.json`.
 """

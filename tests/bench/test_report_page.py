@@ -184,6 +184,7 @@ def test_page_only_renders_a_new_record_and_check_sees_drift(tmp_path: Path) -> 
     a14 = next(line for line in text.split("\n") if line.startswith("| A14 stock news"))
     assert "| **0.901** |" in a14 and "| +0.220 |" in a14 and "![gain]" not in text  # no plots: no image links
     assert "record `a14.bge-cross.3seeds` in tables/judged-3seeds.json" in text
+    assert "lifts nDCG@10 by +0.220" in text  # the reading quotes the record that superseded the one it names
     summary = json.loads((page.parent / "results" / "summary.json").read_text(encoding="utf-8"))
     assert summary["headline"][0]["best_rerank"]["id"] == "a14.bge-cross.3seeds"
     readme_text = readme.read_text(encoding="utf-8")
