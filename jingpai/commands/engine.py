@@ -31,10 +31,11 @@ HEAP_OPTIONS: dict[str, Opt] = {
     "plugins": Opt(
         csv=True,
         metavar="NAME,…",
-        help=f"OpenSearch only: plugins to install ({', '.join(PLUGIN_NAMES)}). knn: k-NN from Maven Central, for "
-        f"`jingpai index --vectors` (pinned OpenSearch versions {', '.join(KNN_PLUGIN_VERSIONS)}); jingpai: the "
+        help=f"Plugins to install (OpenSearch: {', '.join(PLUGIN_NAMES)}; Elasticsearch: jingpai). knn: k-NN from Maven Central, for "
+        f"`jingpai index --vectors` (pinned OpenSearch versions {', '.join(KNN_PLUGIN_VERSIONS)}); jingpai: on OpenSearch the "
         "jingpai_keywords / jingpai_rerank search-pipeline processors, built with `mvn` from java/opensearch-plugin "
-        "(or JINGPAI_OPENSEARCH_PLUGIN_SRC) for `jingpai plugin pipeline`. Elasticsearch needs none.",
+        "(or JINGPAI_OPENSEARCH_PLUGIN_SRC) for `jingpai plugin pipeline`; on Elasticsearch the jingpai retriever, built from "
+        "java/elasticsearch-plugin (or JINGPAI_ELASTICSEARCH_PLUGIN_SRC) for `jingpai plugin retriever`.",
     ),
 }
 _kind_port = {name: NODE_OPTIONS[name] for name in ("kind", "port")}

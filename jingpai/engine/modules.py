@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 
 from jingpai.engine.distributions import ensure_distribution, require_tool
-from jingpai.engine.plugins import OPENSEARCH_PLUGINS, install_plugins, plugin_fingerprint
+from jingpai.engine.plugins import install_plugins, plugin_fingerprint, plugin_spec
 from jingpai.engine.settings import MODULE_NAMES, EngineError, EngineSettings
 
 logger = logging.getLogger(__name__)
@@ -189,7 +189,7 @@ def ensure_home_with_modules(settings: EngineSettings) -> Path:
         found = marker.read_text()
         # homes composed before plugins had fingerprints recorded the names only: still right for pinned plugins
         legacy = ",".join((*settings.modules, *settings.plugins))
-        if found == record or (found == legacy and not any(OPENSEARCH_PLUGINS[p].from_source for p in settings.plugins)):
+        if found == record or (found == legacy and not any(plugin_spec(settings.kind, p).from_source for p in settings.plugins)):
             return home
         logger.info("%s was composed from other plugin sources (%s, now %s): composing it again",
                     home, found.replace("\n", "; "), record.replace("\n", "; "))

@@ -1,5 +1,7 @@
-"""Optional OpenSearch plugins: the k-NN plugin from Maven Central (``knn_vector`` fields, ``knn`` queries) and
-jingpai's own search-pipeline plugin (``jingpai_keywords`` / ``jingpai_rerank``), built from source.
+"""Optional engine plugins: the OpenSearch k-NN plugin from Maven Central (``knn_vector`` fields, ``knn`` queries),
+jingpai's own OpenSearch search-pipeline plugin (``jingpai_keywords`` / ``jingpai_rerank``) and jingpai's own
+Elasticsearch plugin (the ``jingpai`` retriever), both built from source (``java/opensearch-plugin``,
+``java/elasticsearch-plugin``, each compiling in the engine-neutral sources of ``java/jingpai-core``).
 
 Unlike the modules (:mod:`jingpai.engine.modules`), a plugin is the zip ``opensearch-plugin install`` takes,
 so the harness installs it with the distribution's own tool:
@@ -47,6 +49,13 @@ logger = logging.getLogger(__name__)
 GROUP = "org.opensearch.plugin"
 #: where the jingpai plugin's Maven project is, when it is not the repository checkout's ``java/opensearch-plugin``
 SOURCE_ENV = "JINGPAI_OPENSEARCH_PLUGIN_SRC"
+#: the same for the Elasticsearch plugin (``java/elasticsearch-plugin``)
+ES_SOURCE_ENV = "JINGPAI_ELASTICSEARCH_PLUGIN_SRC"
+#: per engine kind: the variable naming the plugin's Maven project and its folder under ``java/``
+SOURCE_DIRS: dict[str, tuple[str, str]] = {"opensearch": (SOURCE_ENV, "opensearch-plugin"),
+                                           "elasticsearch": (ES_SOURCE_ENV, "elasticsearch-plugin")}
+#: the engine-neutral Maven project both plugins compile in, beside the plugin's folder
+CORE_DIR = "jingpai-core"
 
 
 @dataclass(frozen=True)
@@ -75,59 +84,82 @@ OPENSEARCH_PLUGINS: dict[str, PluginSpec] = {
     "jingpai": PluginSpec(artifact="jingpai-opensearch", installed_name="jingpai", versions=None),
     "knn": PluginSpec(artifact="opensearch-knn", installed_name="opensearch-knn", versions=KNN_PLUGIN_VERSIONS, sha256=KNN_PLUGIN_SHA256),
 }
+ELASTICSEARCH_PLUGINS: dict[str, PluginSpec] = {
+    "jingpai": PluginSpec(artifact="jingpai-elasticsearch", installed_name="jingpai", versions=None),
+}
+
+
+def plugin_spec(kind: str, name: str) -> PluginSpec:
+    """Plugin ``name`` of engine ``kind`` (settings checked that it exists for that kind)."""
+    return (ELASTICSEARCH_PLUGINS if kind == "elasticsearch" else OPENSEARCH_PLUGINS)[name]
 
 
 def plugin_version(settings: EngineSettings, name: str) -> str:
     """The version of plugin ``name`` for ``settings``' engine version: the pinned one (settings checked it
     exists), or the engine version itself for a plugin built from source (its pom builds it for that version)."""
-    spec = OPENSEARCH_PLUGINS[name]
+    spec = plugin_spec(settings.kind, name)
     return settings.resolved_version if spec.versions is None else spec.versions[settings.resolved_version]
 
 
-def plugin_source_dir() -> Path:
-    """The jingpai plugin's Maven project: ``$JINGPAI_OPENSEARCH_PLUGIN_SRC``, else ``java/opensearch-plugin`` of
-    the repository checkout the ``jingpai`` package is imported from.
+def plugin_source_dir(kind: str = "opensearch") -> Path:
+    """The jingpai plugin's Maven project for engine ``kind``: ``$JINGPAI_OPENSEARCH_PLUGIN_SRC`` /
+    ``$JINGPAI_ELASTICSEARCH_PLUGIN_SRC``, else ``java/opensearch-plugin`` / ``java/elasticsearch-plugin`` of the
+    repository checkout the ``jingpai`` package is imported from.
 
     Raises:
         EngineModuleError: neither holds a ``pom.xml`` (a wheel install carries no Java sources).
     """
-    env = os.environ.get(SOURCE_ENV)
-    candidate = Path(env).expanduser() if env else Path(jingpai.__file__).resolve().parents[1] / "java" / "opensearch-plugin"
+    env_name, folder = SOURCE_DIRS[kind]
+    engine = "Elasticsearch" if kind == "elasticsearch" else "OpenSearch"
+    env = os.environ.get(env_name)
+    candidate = Path(env).expanduser() if env else Path(jingpai.__file__).resolve().parents[1] / "java" / folder
     if not (candidate / "pom.xml").is_file():
-        origin = f"${SOURCE_ENV}" if env else "the repository checkout next to the installed jingpai package"
+        origin = f"${env_name}" if env else "the repository checkout next to the installed jingpai package"
         raise EngineModuleError(
-            f"the jingpai OpenSearch plugin's sources were not found at {candidate} ({origin}: no pom.xml); "
-            f"set {SOURCE_ENV} to a java/opensearch-plugin folder of the jingpai repository, or install a built "
-            "jingpai-opensearch zip on your own node with `bin/opensearch-plugin install file:///…/jingpai-opensearch-<version>.zip`"
+            f"the jingpai {engine} plugin's sources were not found at {candidate} ({origin}: no pom.xml); "
+            f"set {env_name} to a java/{folder} folder of the jingpai repository, or install a built "
+            f"jingpai-{kind} zip on your own node with `bin/{kind}-plugin install file:///…/jingpai-{kind}-<version>.zip`"
         )
     return candidate
 
 
+def core_source_dir(source: Path) -> Path | None:
+    """The engine-neutral sources the plugin at ``source`` compiles in (``../jingpai-core``), if it is there."""
+    core = source.parent / CORE_DIR
+    return core if (core / "pom.xml").is_file() else None
+
+
 def _source_files(source: Path) -> list[Path]:
-    """What the plugin zip is built from: the pom and everything under ``src/`` (not ``target/``)."""
-    return [source / "pom.xml", *sorted(p for p in (source / "src").rglob("*") if p.is_file())]
+    """What the plugin zip is built from: the pom and everything under ``src/`` (not ``target/``), then the same of
+    the engine-neutral project beside it (:func:`core_source_dir`)."""
+    files = [source / "pom.xml", *sorted(p for p in (source / "src").rglob("*") if p.is_file())]
+    core = core_source_dir(source)
+    if core is not None:
+        files += [core / "pom.xml", *sorted(p for p in (core / "src" / "main").rglob("*") if p.is_file())]
+    return files
 
 
 def source_fingerprint(source: Path) -> str:
     """A short hash of the plugin's sources (paths and contents of :func:`_source_files`)."""
     digest = hashlib.sha256()
     for path in _source_files(source):
-        digest.update(path.relative_to(source).as_posix().encode() + b"\0")
+        digest.update(os.path.relpath(path, source).replace(os.sep, "/").encode() + b"\0")
         digest.update(path.read_bytes() + b"\0")
     return digest.hexdigest()[:16]
 
 
 def plugin_fingerprint(settings: EngineSettings, name: str) -> str:
     """What plugin ``name`` of a composed home is made from: its pinned version, or ``src-<hash of its sources>``."""
-    if OPENSEARCH_PLUGINS[name].from_source:
-        return f"src-{source_fingerprint(plugin_source_dir())}"
+    if plugin_spec(settings.kind, name).from_source:
+        return f"src-{source_fingerprint(plugin_source_dir(settings.kind))}"
     return plugin_version(settings, name)
 
 
 def _build_plugin_zip(settings: EngineSettings, name: str) -> Path:
     """Build the jingpai plugin's zip for ``settings``' engine version, once per state of its sources."""
-    spec = OPENSEARCH_PLUGINS[name]
-    source = plugin_source_dir()
+    spec = plugin_spec(settings.kind, name)
+    source = plugin_source_dir(settings.kind)
+    engine = "Elasticsearch" if settings.kind == "elasticsearch" else "OpenSearch"
     version = plugin_version(settings, name)
     folder = settings.root / "plugins"
     zip_path = folder / f"{spec.artifact}-{version}-{source_fingerprint(source)}.zip"
@@ -135,16 +167,21 @@ def _build_plugin_zip(settings: EngineSettings, name: str) -> Path:
         return zip_path
     mvn = require_tool("mvn", "install Maven (Debian: apt-get install maven); it builds the jingpai plugin from source")
     folder.mkdir(parents=True, exist_ok=True)
-    logger.info("building plugin %s for OpenSearch %s from %s with Maven", name, version, source)
+    logger.info("building plugin %s for %s %s from %s with Maven", name, engine, version, source)
     # built in a copy: the checkout's own target/ (the JUnit build of tests/plugin/test_java_plugin.py) stays
     # untouched, and two harness builds of different versions cannot clean each other's output
     with tempfile.TemporaryDirectory(prefix="jingpai-plugin-build-") as tmp:
-        project = Path(tmp) / "opensearch-plugin"
+        project = Path(tmp) / source.name
         project.mkdir()
         shutil.copy2(source / "pom.xml", project / "pom.xml")
         shutil.copytree(source / "src", project / "src")
+        core = core_source_dir(source)
+        if core is not None:
+            (Path(tmp) / CORE_DIR).mkdir()
+            shutil.copy2(core / "pom.xml", Path(tmp) / CORE_DIR / "pom.xml")
+            shutil.copytree(core / "src" / "main", Path(tmp) / CORE_DIR / "src" / "main")
         proc = subprocess.run(
-            [mvn, "-q", "-B", "-DskipTests", f"-Dopensearch.version={version}", "package"],
+            [mvn, "-q", "-B", "-DskipTests", f"-D{settings.kind}.version={version}", "package"],
             capture_output=True,
             text=True,
             cwd=project,
@@ -154,8 +191,8 @@ def _build_plugin_zip(settings: EngineSettings, name: str) -> Path:
         if proc.returncode != 0 or not built.exists():
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-8:]
             raise EngineError(
-                f"could not build plugin {name} from {source} for OpenSearch {version} with `mvn package` "
-                f"(exit {proc.returncode}); run `mvn -B -f {source / 'pom.xml'} -Dopensearch.version={version} package` "
+                f"could not build plugin {name} from {source} for {engine} {version} with `mvn package` "
+                f"(exit {proc.returncode}); run `mvn -B -f {source / 'pom.xml'} -D{settings.kind}.version={version} package` "
                 f"to see why (Java 17 and Maven Central or a filled ~/.m2 are needed): {' | '.join(tail)}"
             )
         partial = zip_path.with_name(zip_path.name + ".partial")
@@ -166,7 +203,7 @@ def _build_plugin_zip(settings: EngineSettings, name: str) -> Path:
 
 def ensure_plugin_zip(settings: EngineSettings, name: str) -> Path:
     """The zip of plugin ``name`` for ``settings``' engine version, fetched (or built) once into ``<cache>/plugins``."""
-    spec = OPENSEARCH_PLUGINS[name]
+    spec = plugin_spec(settings.kind, name)
     if spec.from_source:
         return _build_plugin_zip(settings, name)
     version = plugin_version(settings, name)
@@ -217,18 +254,20 @@ def check_sha256(path: Path, expected: str, *, what: str) -> None:
 
 
 def install_plugins(settings: EngineSettings, home: Path) -> None:
-    """Install ``settings.plugins`` into ``home`` (a home being composed) with its ``opensearch-plugin`` tool.
+    """Install ``settings.plugins`` into ``home`` (a home being composed) with its ``opensearch-plugin`` /
+    ``elasticsearch-plugin`` tool.
 
     ``--batch`` accepts the permissions the plugin's security policy asks for (the k-NN plugin: loading its
     native libraries, reading ``/proc/cpuinfo``; jingpai: connecting to the reranker), which the tool would
     otherwise ask about on a terminal.
     """
     jhome = str(java_home())
-    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "JAVA_HOME": jhome, "OPENSEARCH_JAVA_HOME": jhome}
+    env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "JAVA_HOME": jhome, "OPENSEARCH_JAVA_HOME": jhome, "ES_JAVA_HOME": jhome}
+    tool = f"{settings.kind}-plugin"
     for name in settings.plugins:
         zip_path = ensure_plugin_zip(settings, name)
         proc = subprocess.run(
-            [str(home / "bin" / "opensearch-plugin"), "install", "--batch", zip_path.resolve().as_uri()],
+            [str(home / "bin" / tool), "install", "--batch", zip_path.resolve().as_uri()],
             capture_output=True,
             text=True,
             cwd=home,
@@ -238,7 +277,7 @@ def install_plugins(settings: EngineSettings, home: Path) -> None:
         if proc.returncode != 0:
             tail = (proc.stdout + proc.stderr).strip().splitlines()[-5:]
             raise EngineError(
-                f"`opensearch-plugin install {zip_path}` failed in {home} (exit {proc.returncode}): {' | '.join(tail)}"
+                f"`{tool} install {zip_path}` failed in {home} (exit {proc.returncode}): {' | '.join(tail)}"
             )
         logger.info("installed plugin %s %s into %s", name, plugin_version(settings, name), home)
 
@@ -259,7 +298,7 @@ def verify_plugins(settings: EngineSettings) -> None:
         loaded = loaded_plugins(settings.url)
     except httpx.HTTPError as exc:
         raise EngineError(f"could not list the plugins of {settings.kind} at {settings.url}: {exc}") from exc
-    missing = [p for p in settings.plugins if OPENSEARCH_PLUGINS[p].installed_name not in loaded]
+    missing = [p for p in settings.plugins if plugin_spec(settings.kind, p).installed_name not in loaded]
     if missing:
         raise EngineError(
             f"plugin(s) {', '.join(missing)} did not load on {settings.kind} at {settings.url} "
@@ -269,15 +308,21 @@ def verify_plugins(settings: EngineSettings) -> None:
 
 
 __all__ = [
+    "CORE_DIR",
+    "ELASTICSEARCH_PLUGINS",
+    "ES_SOURCE_ENV",
     "OPENSEARCH_PLUGINS",
+    "SOURCE_DIRS",
     "SOURCE_ENV",
     "PluginSpec",
     "check_sha256",
+    "core_source_dir",
     "ensure_plugin_zip",
     "install_plugins",
     "loaded_plugins",
     "plugin_fingerprint",
     "plugin_source_dir",
+    "plugin_spec",
     "plugin_version",
     "source_fingerprint",
     "verify_plugins",

@@ -34,6 +34,9 @@ MODULE_NAMES: tuple[str, ...] = ("analysis-common", "lang-painless", "mapper-ext
 #: optional plugins the harness installs into an OpenSearch home (:mod:`jingpai.engine.plugins`): ``jingpai``
 #: (this repository's search-pipeline plugin, built from ``java/opensearch-plugin`` with Maven) and ``knn``
 PLUGIN_NAMES: tuple[str, ...] = ("jingpai", "knn")
+#: the optional plugins of an Elasticsearch home: ``jingpai`` (the ``jingpai`` retriever, built from
+#: ``java/elasticsearch-plugin``); Elasticsearch indexes dense vectors with its core modules
+ELASTICSEARCH_PLUGIN_NAMES: tuple[str, ...] = ("jingpai",)
 #: The one place the engine and plugin versions that work together are pinned: OpenSearch version →
 #: ``org.opensearch.plugin:opensearch-knn`` version. A plugin loads only on the exact OpenSearch version
 #: its descriptor names (``opensearch.version``); Maven Central serves the k-NN zip for both of these
@@ -88,9 +91,10 @@ class EngineSettings:
         startup_timeout_s: how long :func:`start` waits for the cluster to answer.
         modules: optional modules to add (OpenSearch only), from :data:`MODULE_NAMES`; kept sorted and
             unique. A distribution with modules gets a home of its own (:attr:`home`).
-        plugins: optional plugins to install (OpenSearch only), from :data:`PLUGIN_NAMES`: ``knn`` at the
-            version :data:`KNN_PLUGIN_VERSIONS` pins for the engine version, ``jingpai`` built from source for
-            it; the modules they extend are added to ``modules``. Kept sorted and unique; part of the home's name.
+        plugins: optional plugins to install, from :data:`PLUGIN_NAMES` (OpenSearch) or
+            :data:`ELASTICSEARCH_PLUGIN_NAMES`: ``knn`` at the version :data:`KNN_PLUGIN_VERSIONS` pins for the
+            engine version, ``jingpai`` built from source for it; the modules they extend are added to ``modules``.
+            Kept sorted and unique; part of the home's name.
     """
 
     kind: EngineKind = "opensearch"
@@ -131,12 +135,11 @@ class EngineSettings:
             raise EngineModuleError(
                 f"unknown engine plugin(s) {', '.join(map(repr, unknown))}; valid plugins: {', '.join(PLUGIN_NAMES)}"
             )
-        if plugins and self.kind == "elasticsearch":
-            why = ("Elasticsearch 8 indexes and searches dense vectors (dense_vector, knn) with its core modules, so it "
-                   "needs no plugin") if "knn" in plugins else ""
-            if "jingpai" in plugins:
-                why += ("; " if why else "") + "jingpai's search-pipeline plugin is an OpenSearch plugin: in front of Elasticsearch use the gateway"
-            raise EngineModuleError(f"plugins ({', '.join(plugins)}) are for --kind opensearch only: {why}")
+        if self.kind == "elasticsearch" and set(plugins) - set(ELASTICSEARCH_PLUGIN_NAMES):
+            raise EngineModuleError(
+                f"plugins ({', '.join(p for p in plugins if p not in ELASTICSEARCH_PLUGIN_NAMES)}) are for --kind opensearch only: "
+                "Elasticsearch 8 indexes and searches dense vectors (dense_vector, knn) with its core modules, so it needs no plugin; "
+                f"valid plugins for --kind elasticsearch: {', '.join(ELASTICSEARCH_PLUGIN_NAMES)}")
         if "knn" in plugins and self.resolved_version not in KNN_PLUGIN_VERSIONS:
             raise EngineModuleError(
                 f"no k-NN plugin version is pinned for OpenSearch {self.resolved_version} (a plugin must match the "
@@ -206,6 +209,7 @@ __all__ = [
     "ARTIFACTS",
     "DEFAULT_PORTS",
     "DEFAULT_VERSIONS",
+    "ELASTICSEARCH_PLUGIN_NAMES",
     "ENGINE_KINDS",
     "ENGINE_USER",
     "EngineError",

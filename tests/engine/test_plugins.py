@@ -26,8 +26,10 @@ def test_the_jingpai_plugin_needs_no_module_and_gets_a_home_of_its_own() -> None
     assert settings.home.name == f"opensearch-{settings.resolved_version}+jingpai"
     both = EngineSettings(kind="opensearch", plugins=("knn", "jingpai"))
     assert both.plugins == ("jingpai", "knn") and both.home.name.endswith("+lang-painless+jingpai+knn")
-    with pytest.raises(EngineModuleError, match=r"plugins \(jingpai\) are for --kind opensearch only: jingpai.s search-pipeline plugin .* use the gateway"):
-        EngineSettings(kind="elasticsearch", plugins=("jingpai",))
+    on_es = EngineSettings(kind="elasticsearch", plugins=("jingpai",))
+    assert on_es.plugins == ("jingpai",) and on_es.home.name == f"elasticsearch-{on_es.resolved_version}+jingpai"
+    with pytest.raises(EngineModuleError, match=r"plugins \(knn\) are for --kind opensearch only: .*valid plugins for --kind elasticsearch: jingpai"):
+        EngineSettings(kind="elasticsearch", plugins=("knn", "jingpai"))
 
 
 def test_the_sources_are_the_checkout_or_the_env_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -43,14 +45,19 @@ def test_the_sources_are_the_checkout_or_the_env_folder(tmp_path: Path, monkeypa
 def test_the_fingerprint_follows_the_sources_not_the_build_output(tmp_path: Path) -> None:
     source = tmp_path / "opensearch-plugin"
     shutil.copytree(REPO_SOURCE, source, ignore=shutil.ignore_patterns("target"))
+    shutil.copytree(REPO_SOURCE.parent / "jingpai-core", tmp_path / "jingpai-core", ignore=shutil.ignore_patterns("target"))
     before = source_fingerprint(source)
     assert before == source_fingerprint(REPO_SOURCE)
     (source / "target").mkdir()
     (source / "target" / "x.class").write_bytes(b"\0")
     assert source_fingerprint(source) == before
-    java = next((source / "src" / "main" / "java").rglob("Fusion.java"))
+    java = next((source / "src" / "main" / "java").rglob("RerankProcessor.java"))
     java.write_text(java.read_text() + "\n// edited\n")
     assert source_fingerprint(source) != before
+    edited = source_fingerprint(source)
+    core = next((tmp_path / "jingpai-core" / "src" / "main" / "java").rglob("Fusion.java"))
+    core.write_text(core.read_text() + "\n// edited\n")
+    assert source_fingerprint(source) != edited, "the engine-neutral sources it compiles in are part of it"
 
 
 def test_a_home_records_what_its_plugins_were_made_from(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,7 +2,7 @@
  * jingpai: a reranker's answers read within bounds and validated, as the gateway's jingpai/plugin/answers.py does it:
  * the same rules and the same messages (the shared vectors tests/vectors/rerank_answers.json pin both sides).
  */
-package io.jingpai.opensearch;
+package io.jingpai.core;
 
 import java.io.ByteArrayOutputStream;
 import java.io.IOException;
@@ -17,29 +17,25 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.Flow;
 
-import org.opensearch.core.xcontent.DeprecationHandler;
-import org.opensearch.core.xcontent.NamedXContentRegistry;
-import org.opensearch.core.xcontent.XContentParser;
-import org.opensearch.common.xcontent.json.JsonXContent;
 
 /** What a reranker answered: read up to a bound (no compression), its JSON taken only as application/json, its scores checked. */
-final class Answers {
+public final class Answers {
     /** The largest answer read by default (the gateway's max_answer_bytes). */
-    static final long DEFAULT_MAX_BYTES = 1L << 20;
-    static final String JSON_TYPE = "application/json";
+    public static final long DEFAULT_MAX_BYTES = 1L << 20;
+    public static final String JSON_TYPE = "application/json";
     /** The deepest nesting of an answer read (a ranking nests 2: a list of objects). */
-    static final int MAX_DEPTH = 32;
+    public static final int MAX_DEPTH = 32;
 
     private Answers() {}
 
     /** An answer that is not what was asked for; the message says what (the gateway's BadAnswer). */
-    static final class BadAnswer extends RuntimeException {
+    public static final class BadAnswer extends RuntimeException {
         BadAnswer(String message) {
             super(message, null, false, false);
         }
     }
 
-    static String tooLarge(long maxBytes) {
+    public static String tooLarge(long maxBytes) {
         return "the answer is larger than " + maxBytes + " bytes (max_answer_bytes)";
     }
 
@@ -48,7 +44,7 @@ final class Answers {
      * that grows past the bound is cut off there), refuses a compressed answer, and stops reading once {@code abandon} is done
      * (the call's deadline passed).
      */
-    static HttpResponse.BodyHandler<byte[]> bounded(long maxBytes, CompletableFuture<?> abandon) {
+    public static HttpResponse.BodyHandler<byte[]> bounded(long maxBytes, CompletableFuture<?> abandon) {
         return info -> {
             String encoding = info.headers().firstValue("content-encoding").orElse("identity").trim().toLowerCase(Locale.ROOT);
             if (!encoding.isEmpty() && !encoding.equals("identity")) {
@@ -132,59 +128,21 @@ final class Answers {
     }
 
     /** The answer's JSON value (a List, a Map, a String, a Number, a Boolean or null). */
-    static Object json(String contentType, byte[] body) {
+    public static Object json(String contentType, byte[] body) {
         String mime = contentType == null ? "" : contentType.split(";", 2)[0].trim().toLowerCase(Locale.ROOT);
         if (!mime.equals(JSON_TYPE)) {
             throw new BadAnswer("the answer's content type is " + (mime.isEmpty() ? "(none)" : mime) + ", not " + JSON_TYPE);
         }
-        checkDepth(body);
-        try (XContentParser parser = parser(body)) {
-            XContentParser.Token token = parser.nextToken();
-            Object value;
-            if (token == null) {
-                throw new IOException("empty");
-            } else if (token == XContentParser.Token.START_ARRAY) {
-                value = parser.list();
-            } else if (token == XContentParser.Token.START_OBJECT) {
-                value = parser.map();
-            } else {
-                value = parser.objectText();
-            }
-            if (parser.nextToken() != null) {
-                throw new IOException("more after the value");
-            }
-            return value;
+        try {
+            return Json.read(body, MAX_DEPTH);
+        } catch (Json.TooDeep e) {
+            throw new BadAnswer(tooDeep());
         } catch (IOException | RuntimeException e) {
             throw new BadAnswer("the answer is not readable JSON");
         }
     }
 
-    private static XContentParser parser(byte[] body) throws IOException {
-        return JsonXContent.jsonXContent.createParser(NamedXContentRegistry.EMPTY, DeprecationHandler.THROW_UNSUPPORTED_OPERATION, body);
-    }
-
-    /** Refuses JSON nested deeper than MAX_DEPTH, token by token (the tree is built only from a shallow answer). */
-    private static void checkDepth(byte[] body) {
-        int depth = 0;
-        try (XContentParser parser = parser(body)) {
-            for (XContentParser.Token token = parser.nextToken(); token != null; token = parser.nextToken()) {
-                if (token == XContentParser.Token.START_ARRAY || token == XContentParser.Token.START_OBJECT) {
-                    if (++depth > MAX_DEPTH) {
-                        throw new BadAnswer(tooDeep());
-                    }
-                } else if (token == XContentParser.Token.END_ARRAY || token == XContentParser.Token.END_OBJECT) {
-                    depth--;
-                }
-            }
-        } catch (IOException | RuntimeException e) {
-            if (e instanceof BadAnswer bad) {
-                throw bad;
-            }
-            // unreadable: json() says so
-        }
-    }
-
-    static String tooDeep() {
+    public static String tooDeep() {
         return "the answer nests deeper than " + MAX_DEPTH + " levels";
     }
 
@@ -193,7 +151,7 @@ final class Answers {
     }
 
     /** The scores of {@code n} texts in input order from a TEI /rerank answer ([{index, score}, ...]). */
-    static double[] rerankScores(Object data, int n) {
+    public static double[] rerankScores(Object data, int n) {
         if (!(data instanceof List<?> items)) {
             throw new BadAnswer("the answer is not a list of {index, score} items");
         }

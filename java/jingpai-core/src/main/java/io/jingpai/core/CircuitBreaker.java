@@ -4,7 +4,7 @@
  * its success closes the breaker, its failure opens it again. While open, searches fail open at once with the
  * gateway's reason `circuit_open`.
  */
-package io.jingpai.opensearch;
+package io.jingpai.core;
 
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -35,7 +35,7 @@ public final class CircuitBreaker {
     private static final Map<String, CircuitBreaker> SHARED = new ConcurrentHashMap<>();
 
     /** monotonic seconds */
-    static final DoubleSupplier MONOTONIC = () -> System.nanoTime() / 1e9;
+    public static final DoubleSupplier MONOTONIC = () -> System.nanoTime() / 1e9;
 
     private final String name;
     private final DoubleSupplier clock;

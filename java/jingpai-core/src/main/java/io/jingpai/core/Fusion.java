@@ -2,7 +2,7 @@
  * jingpai: the gateway's score fusion (jingpai/reranker/fusion.py, FusionSpec) in Java. Identical results are
  * the contract: tests/vectors/fusion.json is written by the Python module and replayed by FusionTest.
  */
-package io.jingpai.opensearch;
+package io.jingpai.core;
 
 import java.util.Arrays;
 import java.util.Comparator;
@@ -31,6 +31,16 @@ public final class Fusion {
         this.mode = mode;
         this.weight = weight;
         this.rrfK = rrfK;
+    }
+
+    @Override
+    public boolean equals(Object o) {
+        return o instanceof Fusion f && f.mode.equals(mode) && f.weight == weight && f.rrfK == rrfK;
+    }
+
+    @Override
+    public int hashCode() {
+        return java.util.Objects.hash(mode, weight, rrfK);
     }
 
     /** the response's {@code fusion} object, like FusionSpec.describe() */

@@ -1,17 +1,14 @@
 /*
  * jingpai: a search's own settings in its body's ext.jingpai, read as the gateway reads them (JingpaiExt of
- * jingpai/plugin/gateway/models.py): the same keys, the same checks, the same precedence over the pipeline's settings.
+ * jingpai/plugin/gateway/models.py): the same keys, the same checks, the same precedence over the plugin's settings
+ * (an OpenSearch pipeline's, an Elasticsearch retriever's).
  * tests/vectors/overrides.json is written by the gateway's parse_search/plan_search and replayed by OverridesTest.
  */
-package io.jingpai.opensearch;
+package io.jingpai.core;
 
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 
-import org.opensearch.action.search.SearchRequest;
-import org.opensearch.search.SearchExtBuilder;
-import org.opensearch.search.pipeline.PipelineProcessingContext;
 
 /**
  * The overrides of one search; {@code null} members keep the pipeline's value. {@code model} and {@code hybrid} are
@@ -23,42 +20,16 @@ public record Overrides(String mode, Integer window, List<String> fields, String
     public static final List<String> HYBRID_KEYS = List.of("enabled", "fusion", "weight", "k", "num_candidates", "rrf_k", "rerank_window");
     public static final List<String> MODES = List.of("off", "augment", "rerank");
     public static final Overrides NONE = new Overrides(null, null, null, null, null, null, null);
-    static final String ATTR = "jingpai.overrides";
 
     /** Raised for an invalid ext.jingpai; the search is answered HTTP 400 with this message. */
     public static final class Invalid extends IllegalArgumentException {
         public final String field;
 
-        Invalid(String field, String problem, Object got) {
+        public Invalid(String field, String problem, Object got) {
             super("invalid ext.jingpai: " + field + ": " + problem + " (got " + repr(got) + "); valid keys: " + String.join(", ", KEYS)
                 + (field.startsWith("hybrid") ? "; hybrid takes: " + String.join(", ", HYBRID_KEYS) : ""));
             this.field = field;
         }
-    }
-
-    /**
-     * The overrides of {@code request}, read once per search: the first processor to ask takes ext.jingpai off the
-     * request (the shards never see it, as the gateway never forwards it) and keeps it in the pipeline's context.
-     */
-    public static Overrides of(SearchRequest request, PipelineProcessingContext context) {
-        Object kept = context.getAttribute(ATTR);
-        if (kept instanceof Overrides o) {
-            return o;
-        }
-        Overrides overrides = NONE;
-        if (request.source() != null && request.source().ext() != null && !request.source().ext().isEmpty()) {
-            List<SearchExtBuilder> rest = new ArrayList<>();
-            for (SearchExtBuilder ext : request.source().ext()) {
-                if (ext instanceof JingpaiExt j) {
-                    overrides = parse(j.info());
-                } else {
-                    rest.add(ext);
-                }
-            }
-            request.source().ext(rest);
-        }
-        context.setAttribute(ATTR, overrides);
-        return overrides;
     }
 
     /** The overrides of one ext.jingpai object. */
@@ -93,7 +64,7 @@ public record Overrides(String mode, Integer window, List<String> fields, String
         Double weight = null;
         Object w = raw.get("fusion_weight");
         if (w != null) {
-            double v = RerankProcessor.Settings.numberOrNaN(w);
+            double v = numberOrNaN(w);
             if (!(v >= 0 && v <= 1)) {
                 throw new Invalid("fusion_weight", "expected a number in [0, 1] (the engine's weight)", w);
             }
@@ -136,11 +107,26 @@ public record Overrides(String mode, Integer window, List<String> fields, String
         if (v == null) {
             return null;
         }
-        double d = RerankProcessor.Settings.numberOrNaN(v);
+        double d = numberOrNaN(v);
         if (d == Math.rint(d) && d >= 1 && d <= Integer.MAX_VALUE) {
             return (int) d;
         }
         throw new Invalid(key, "expected an integer >= 1", v);
+    }
+
+    /** A setting's value as a number (a JSON number or a numeric string); NaN when it is neither (the caller names it). */
+    public static double numberOrNaN(Object value) {
+        if (value instanceof Number n) {
+            return n.doubleValue();
+        }
+        if (value instanceof String str) {
+            try {
+                return Double.parseDouble(str.trim());
+            } catch (NumberFormatException ignored) {
+                return Double.NaN;
+            }
+        }
+        return Double.NaN;
     }
 
     private static String repr(Object v) {

@@ -3,7 +3,7 @@
  * JSON form: every full-text clause on a text field becomes bool.should[original, segmented multi_match,
  * terms on the keywords field, keyword-weight clauses], minimum_should_match 1. tests/vectors/augment.json.
  */
-package io.jingpai.opensearch;
+package io.jingpai.core;
 
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -54,6 +54,18 @@ public final class QueryRewriter {
             this.keywordsField = keywordsField == null ? "jingpai.keywords" : keywordsField;
             this.weightsField = weightsField == null ? "jingpai.kw" : weightsField;
             this.weightEncoding = weightEncoding == null ? "term_frequency" : weightEncoding;
+        }
+
+        @Override
+        public boolean equals(Object o) {
+            return o instanceof Meta m && m.textFields.equals(textFields) && m.segFields.equals(segFields)
+                && java.util.Objects.equals(m.keywordsField, keywordsField) && java.util.Objects.equals(m.weightsField, weightsField)
+                && java.util.Objects.equals(m.weightEncoding, weightEncoding);
+        }
+
+        @Override
+        public int hashCode() {
+            return java.util.Objects.hash(textFields, segFields, keywordsField, weightsField, weightEncoding);
         }
     }
 
@@ -310,7 +322,7 @@ public final class QueryRewriter {
     }
 
     /** fnmatch.fnmatchcase's pattern as a regex ({@code *}, {@code ?}, {@code [seq]}, {@code [!seq]}). */
-    static Pattern glob(String pattern) {
+    public static Pattern glob(String pattern) {
         StringBuilder re = new StringBuilder();
         int i = 0, n = pattern.length();
         while (i < n) {
@@ -331,7 +343,7 @@ public final class QueryRewriter {
         return Pattern.compile(re.toString(), Pattern.DOTALL);
     }
 
-    static String cleanQueryString(String text) {
+    public static String cleanQueryString(String text) {
         String out = QS_SYNTAX.matcher(QS_FIELD_PREFIX.matcher(text).replaceAll(" ")).replaceAll(" ");
         return String.join(" ", Arrays.stream(SPACES.split(out.strip())).filter(s -> !s.isEmpty()).toList());
     }

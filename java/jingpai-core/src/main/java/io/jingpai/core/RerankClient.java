@@ -6,7 +6,7 @@
  * past it the call fails `reranker_timeout` and its exchanges are cancelled. Answers are read up to max_answer_bytes
  * and validated by Answers (the gateway's rules and messages).
  */
-package io.jingpai.opensearch;
+package io.jingpai.core;
 
 import java.io.IOException;
 import java.net.ConnectException;
@@ -37,11 +37,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 
-import org.opensearch.common.xcontent.XContentHelper;
-import org.opensearch.common.xcontent.XContentType;
-import org.opensearch.common.xcontent.json.JsonXContent;
-import org.opensearch.core.common.bytes.BytesArray;
-import org.opensearch.core.xcontent.XContentBuilder;
 
 /** Async client of {@code POST /rerank}; failures complete exceptionally with {@link Unavailable}. */
 public class RerankClient {
@@ -101,7 +96,7 @@ public class RerankClient {
      * java.net.http module's frames, not only this plugin's. These threads are made here, privileged, in the calling
      * thread's group: only this plugin's permissions are checked. Idle threads end after a minute.
      */
-    static final ThreadFactory THREADS = new ThreadFactory() {
+    public static final ThreadFactory THREADS = new ThreadFactory() {
         private final AtomicInteger next = new AtomicInteger();
 
         @Override
@@ -299,14 +294,8 @@ public class RerankClient {
     }
 
     private CompletableFuture<double[]> post(String query, List<String> texts, Call call) {
-        byte[] body;
-        try (XContentBuilder b = JsonXContent.contentBuilder()) {
-            b.startObject().field("query", query).field("texts", texts).field("truncate", true).field("raw_scores", false)
-                .field("return_text", false).endObject();
-            body = org.opensearch.core.common.bytes.BytesReference.toBytes(org.opensearch.core.common.bytes.BytesReference.bytes(b));
-        } catch (IOException e) {
-            return CompletableFuture.failedFuture(new Unavailable("reranker_error", e.toString()));
-        }
+        byte[] body = Json.write(ordered("query", query, "texts", texts, "truncate", true, "raw_scores", false, "return_text", false))
+            .getBytes(StandardCharsets.UTF_8);
         HttpRequest request = HttpRequest.newBuilder(URI.create(url + "/rerank")).timeout(timeout)
             .header("content-type", "application/json").header("accept-encoding", "identity")
             .POST(HttpRequest.BodyPublishers.ofByteArray(body)).build();
@@ -315,7 +304,7 @@ public class RerankClient {
     }
 
     /** The scores of one {@code /rerank} answer, in input order (the shared vectors' rules). */
-    double[] scores(int status, String contentType, byte[] body, int n) {
+    public double[] scores(int status, String contentType, byte[] body, int n) {
         if (status != 200) {
             String reason = status == 429 ? "reranker_overloaded" : status == 424 ? "reranker_inference_failed" : "reranker_error";
             String text = new String(body, 0, Math.min(body.length, 800), StandardCharsets.UTF_8);
@@ -328,11 +317,11 @@ public class RerankClient {
         }
     }
 
-    static Map<String, Object> parseMap(byte[] body) throws IOException {
-        return XContentHelper.convertToMap(new BytesArray(body), true, XContentType.JSON).v2();
+    public static Map<String, Object> parseMap(byte[] body) throws IOException {
+        return Json.readMap(body);
     }
 
-    static Map<String, Object> ordered(Object... kv) {
+    public static Map<String, Object> ordered(Object... kv) {
         Map<String, Object> out = new LinkedHashMap<>();
         for (int i = 0; i < kv.length; i += 2) {
             out.put((String) kv[i], kv[i + 1]);

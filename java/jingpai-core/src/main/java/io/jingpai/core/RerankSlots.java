@@ -4,7 +4,7 @@
  * open with the gateway's reason `reranker_busy`, so reranking adds at most 2 × timeout_ms to a search. Waiting takes
  * no search thread: a waiter is a future completed by the call that frees a slot.
  */
-package io.jingpai.opensearch;
+package io.jingpai.core;
 
 import java.util.ArrayDeque;
 import java.util.ArrayList;

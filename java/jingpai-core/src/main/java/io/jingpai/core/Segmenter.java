@@ -2,7 +2,7 @@
  * jingpai: the gateway's segmenter (jingpai/keyword_dict/segment.py: rjieba with HMM off, jieba's dictionary plus
  * a jingpai dictionary's words) in Java: jieba's DAG over the dictionary and the most probable route, no HMM.
  */
-package io.jingpai.opensearch;
+package io.jingpai.core;
 
 import java.io.BufferedReader;
 import java.io.IOException;

@@ -2,7 +2,7 @@
  * jingpai: the gateway's finishing step (jingpai/plugin/gateway/finish.py) without HTTP: rerank the window, fuse,
  * keep hits past the window in the engine's order and score, cut the page. tests/vectors/paging.json.
  */
-package io.jingpai.opensearch;
+package io.jingpai.core;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -83,7 +83,7 @@ public final class Window {
     }
 
     @SuppressWarnings("unchecked")
-    static Object getPath(Map<String, Object> source, String path) {
+    public static Object getPath(Map<String, Object> source, String path) {
         Object node = source;
         for (String part : path.split("\\.")) {
             if (!(node instanceof Map<?, ?> map) || !map.containsKey(part)) {

@@ -1,4 +1,4 @@
-package io.jingpai.opensearch;
+package io.jingpai.core;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;

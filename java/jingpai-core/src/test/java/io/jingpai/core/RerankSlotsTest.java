@@ -1,4 +1,4 @@
-package io.jingpai.opensearch;
+package io.jingpai.core;
 
 import static org.junit.jupiter.api.Assertions.assertArrayEquals;
 import static org.junit.jupiter.api.Assertions.assertEquals;
@@ -20,7 +20,6 @@ import java.util.concurrent.atomic.AtomicInteger;
 
 import com.sun.net.httpserver.HttpServer;
 import org.junit.jupiter.api.Test;
-import org.opensearch.OpenSearchParseException;
 
 /** rerank_concurrency: at most N reranker calls in flight per URL on a node; no slot within timeout_ms is reranker_busy. */
 class RerankSlotsTest {
@@ -75,20 +74,9 @@ class RerankSlotsTest {
     }
 
     @Test
-    void sharedPerUrlAndReadFromThePipeline() {
+    void sharedPerUrl() {
         assertSame(RerankSlots.shared("http://127.0.0.1:7/", 3), RerankSlots.shared("http://127.0.0.1:7", 5));
         assertEquals(5, RerankSlots.shared("http://127.0.0.1:7", 5).limit(), "the processor created last sets the limit");
-        Map<String, Object> config = new HashMap<>(Map.of("reranker_url", "http://127.0.0.1:1", "fields", List.of("title")));
-        assertEquals(RerankSlots.DEFAULT_CONCURRENCY, RerankProcessor.Settings.read("t", new HashMap<>(config), List.of("127.0.0.1"))
-            .rerankConcurrency());
-        config.put("rerank_concurrency", 2);
-        assertEquals(2, RerankProcessor.Settings.read("t", new HashMap<>(config), List.of("127.0.0.1")).rerankConcurrency());
-        for (Object bad : List.of(0, 1.5, "many")) {
-            config.put("rerank_concurrency", bad);
-            OpenSearchParseException e = assertThrows(OpenSearchParseException.class,
-                () -> RerankProcessor.Settings.read("t", new HashMap<>(config), List.of("127.0.0.1")));
-            assertTrue(e.getMessage().contains("rerank_concurrency") && e.getMessage().contains("integer >= 1"), e.getMessage());
-        }
     }
 
     /** Through the client: with one slot, a second search while the first is being scored waits, then fails open busy. */

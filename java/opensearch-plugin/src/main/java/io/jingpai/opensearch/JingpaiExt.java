@@ -1,15 +1,20 @@
 package io.jingpai.opensearch;
 
+import io.jingpai.core.Overrides;
 import java.io.IOException;
+import java.util.ArrayList;
 import java.util.LinkedHashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 
+import org.opensearch.action.search.SearchRequest;
 import org.opensearch.core.common.io.stream.StreamInput;
 import org.opensearch.core.common.io.stream.StreamOutput;
 import org.opensearch.core.xcontent.XContentBuilder;
 import org.opensearch.core.xcontent.XContentParser;
 import org.opensearch.search.SearchExtBuilder;
+import org.opensearch.search.pipeline.PipelineProcessingContext;
 
 /** {@code ext.jingpai}: what the processors did (the gateway's {@code jingpai} object), in the response's {@code ext}. */
 public final class JingpaiExt extends SearchExtBuilder {
@@ -27,6 +32,34 @@ public final class JingpaiExt extends SearchExtBuilder {
 
     public static JingpaiExt parse(XContentParser parser) throws IOException {
         return new JingpaiExt(parser.map());
+    }
+
+    static final String ATTR_OVERRIDES = "jingpai.overrides";
+
+    /**
+     * The overrides of {@code request} (its ext.jingpai, read by the shared {@link Overrides#parse}), read once per search:
+     * the first processor to ask takes ext.jingpai off the request (the shards never see it, as the gateway never
+     * forwards it) and keeps it in the pipeline's context.
+     */
+    public static Overrides overrides(SearchRequest request, PipelineProcessingContext context) {
+        Object kept = context.getAttribute(ATTR_OVERRIDES);
+        if (kept instanceof Overrides o) {
+            return o;
+        }
+        Overrides overrides = Overrides.NONE;
+        if (request.source() != null && request.source().ext() != null && !request.source().ext().isEmpty()) {
+            List<SearchExtBuilder> rest = new ArrayList<>();
+            for (SearchExtBuilder ext : request.source().ext()) {
+                if (ext instanceof JingpaiExt j) {
+                    overrides = Overrides.parse(j.info());
+                } else {
+                    rest.add(ext);
+                }
+            }
+            request.source().ext(rest);
+        }
+        context.setAttribute(ATTR_OVERRIDES, overrides);
+        return overrides;
     }
 
     public Map<String, Object> info() {

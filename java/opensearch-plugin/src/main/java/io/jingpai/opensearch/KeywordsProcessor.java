@@ -3,6 +3,8 @@
  */
 package io.jingpai.opensearch;
 
+import io.jingpai.core.QueryRewriter;
+import io.jingpai.core.Segmenter;
 import java.io.BufferedReader;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
@@ -57,7 +59,7 @@ public final class KeywordsProcessor extends AbstractProcessor implements Search
     @Override
     public SearchRequest processRequest(SearchRequest request, PipelineProcessingContext context) throws Exception {
         // ext.jingpai.mode "off": the search goes to the engine as the client wrote it (the gateway's ?jingpai=off)
-        if ("off".equals(Overrides.of(request, context).mode()) || request.source() == null || request.source().query() == null) {
+        if ("off".equals(JingpaiExt.overrides(request, context).mode()) || request.source() == null || request.source().query() == null) {
             return request;
         }
         QueryRewriter.Result result = rewriter.rewrite(toMap(request.source().query()));

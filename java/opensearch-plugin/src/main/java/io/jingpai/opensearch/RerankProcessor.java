@@ -7,6 +7,15 @@
  */
 package io.jingpai.opensearch;
 
+import io.jingpai.core.Answers;
+import io.jingpai.core.CircuitBreaker;
+import io.jingpai.core.Fusion;
+import io.jingpai.core.QueryRewriter;
+import io.jingpai.core.RerankClient;
+import io.jingpai.core.RerankPlan;
+import io.jingpai.core.RerankSlots;
+import io.jingpai.core.Window;
+import io.jingpai.core.Overrides;
 import java.net.URI;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -73,27 +82,9 @@ public final class RerankProcessor {
      */
     public static Plan plan(Settings settings, Overrides overrides, String shapeReason, int from, int size, String rewriteQueryText,
                             Map<String, Object> augment) {
-        Fusion fusion = overrides.over(settings.fusion());
-        SourceFold fields = SourceFold.none(overrides.fields() != null ? overrides.fields() : settings.fields());
-        String mode = overrides.mode() != null ? overrides.mode() : "rerank";
-        String queryText = overrides.query() != null ? overrides.query() : rewriteQueryText;
-        if (mode.equals("off")) {
-            return new Plan(mode, "disabled", from, size, 0, queryText, fields, fusion, augment);
-        }
-        String reason = mode.equals("augment") ? "augment_only" : shapeReason;
-        if (reason == null && queryText.isEmpty()) {
-            reason = "no_full_text_query";
-        }
-        if (reason != null) {
-            return new Plan(mode, reason, from, size, 0, queryText, fields, fusion, augment);
-        }
-        if (overrides.window() != null && overrides.window() > settings.maxWindow()) {
-            throw new IllegalArgumentException("ext.jingpai.window " + overrides.window() + " exceeds the pipeline's max_window "
-                + settings.maxWindow());
-        }
-        // the engine's top W whatever the page (paging never repeats or skips a hit): as the gateway
-        int window = Math.min(overrides.window() != null ? overrides.window() : settings.window(), settings.maxWindow());
-        return new Plan(mode, from >= window ? "beyond_window" : null, from, size, window, queryText, fields, fusion, augment);
+        RerankPlan p = RerankPlan.plan(settings.window(), settings.maxWindow(), settings.fields(), settings.fusion(), overrides, shapeReason,
+            from, size, rewriteQueryText, "the pipeline's");
+        return new Plan(p.mode(), p.reason(), from, size, p.window(), p.queryText(), SourceFold.none(p.fields()), p.fusion(), augment);
     }
 
     /** The settings of one jingpai_rerank (defaults: the gateway's). */
@@ -136,17 +127,7 @@ public final class RerankProcessor {
 
         /** A setting's value as a number (a JSON number or a numeric string); NaN when it is neither (the caller names it). */
         static double numberOrNaN(Object value) {
-            if (value instanceof Number n) {
-                return n.doubleValue();
-            }
-            if (value instanceof String str) {
-                try {
-                    return Double.parseDouble(str.trim());
-                } catch (NumberFormatException ignored) {
-                    return Double.NaN;
-                }
-            }
-            return Double.NaN;
+            return Overrides.numberOrNaN(value);
         }
 
         /** breaker_failures: consecutive reranker failures that open the breaker, an integer >= 1 (default 3). */
@@ -235,7 +216,7 @@ public final class RerankProcessor {
 
         @Override
         public SearchRequest processRequest(SearchRequest request, PipelineProcessingContext context) {
-            Overrides overrides = Overrides.of(request, context);
+            Overrides overrides = JingpaiExt.overrides(request, context);
             SearchSourceBuilder src = request.source();
             QueryRewriter.Result rewrite = (QueryRewriter.Result) context.getAttribute(KeywordsProcessor.ATTR_REWRITE);
             Map<String, Object> augment = new LinkedHashMap<>();

@@ -1,5 +1,7 @@
 package io.jingpai.opensearch;
 
+import io.jingpai.core.QueryRewriter;
+import io.jingpai.core.Segmenter;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
 import java.util.ArrayList;

@@ -1,5 +1,10 @@
 package io.jingpai.opensearch;
 
+import io.jingpai.core.Answers;
+import io.jingpai.core.CircuitBreaker;
+import io.jingpai.core.Fusion;
+import io.jingpai.core.RerankSlots;
+import io.jingpai.core.Overrides;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;

@@ -1,5 +1,7 @@
 package io.jingpai.opensearch;
 
+import io.jingpai.core.Fusion;
+import io.jingpai.core.RerankClient;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
