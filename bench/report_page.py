@@ -246,10 +246,11 @@ def readme_section(summary_data: dict[str, Any]) -> str:
     """README.md's "How well it works", from summary.json's headline (:data:`README_ROWS`), between the markers."""
     rows = {r["dataset"]: r for r in summary_data["headline"]}
     lines = [README_START, "## How well it works", "",
-             "Measured on report splits (dev / test sets no model was trained or selected on), through the real engines where the",
-             "row says so; jingpai's best rerank against plain BM25. Caveats, costs, every data set and the commands that rerun",
-             "each number: [docs/RESULTS.md](docs/RESULTS.md). This table is generated from",
-             "[docs/results/summary.json](docs/results/summary.json) (`python -m bench report --page-only`); a test fails when they differ.", "",
+             "jingpai's best rerank against plain BM25 on report splits (dev / test sets no model was trained or selected on): A14,",
+             "QBQTC and KUAKE-QTR reorder each query's judged pool, LCQMC and AFQMC go through the gateway and a real engine, TrecQA",
+             "and WikiQA rank given answer candidates. Caveats (seeds, what the labels can and cannot show), costs on",
+             "CPU and GPU, every data set and the commands that rerun each number: [docs/RESULTS.md](docs/RESULTS.md). Generated from",
+             "[docs/results/summary.json](docs/results/summary.json) by `python -m bench report --page-only`; a test fails when they differ.", "",
              "| data set | metric | BM25 | jingpai | gain | model |", "|---|---|---|---|---|---|"]
     for key in README_ROWS:
         row = rows[key]
