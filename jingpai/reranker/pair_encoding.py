@@ -4,6 +4,11 @@ Two ways in, one result: from text (:meth:`PairEncoder.encode`, what ``featurize
 a caller already has (:meth:`PairEncoder.join` of each side's encoding). The rerank service measures every
 text with the tokenizer before it batches, so it joins those encodings instead of tokenizing twice.
 Both end in :meth:`PairEncoder.tensors`, so the model sees the same tensors either way.
+
+For BERT's WordPiece tokenizers (:class:`~jingpai.reranker.featurize.WordPieceIds`) text goes in without the
+Rust tokenizer's per-token objects: each side's ids come from array lookups (a document's only as far as the
+cut can reach), the cut is :func:`longest_first` on whole arrays, and the pair template is replayed on
+ids for the whole batch at once (:meth:`PairEncoder.pack`).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import numpy as np
 import torch
 
 from jingpai.reranker.base import Pair
+from jingpai.reranker.featurize import TextIds, WordPieceIds, require_read, rust_ids
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +60,24 @@ class _Template:
         types = np.concatenate([self.pre[1], np.full(len(query), self.query_type, dtype=np.int64), self.mid[1],
                                 np.full(len(document), self.document_type, dtype=np.int64), self.post[1]])
         return JoinedPair(ids, types)
+
+    def pack(self, queries: Sequence[Any], documents: Sequence[Any], q_keep: np.ndarray, d_keep: np.ndarray,
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Flat ids and type ids of ``pre q[:q_keep] mid d[:d_keep] post`` for every row, and each row's length
+        (one concatenation and one ``repeat``: no per-token Python)."""
+        pre, mid, post = (part[0] for part in (self.pre, self.mid, self.post))
+        pieces: list[Any] = []
+        for q, d, qk, dk in zip(queries, documents, q_keep.tolist(), d_keep.tolist(), strict=True):
+            pieces += (pre, q[:qk], mid, d[:dk], post)
+        ids = np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+        # type ids: one segment per template token, one for each side's tokens
+        seg_types = np.concatenate([self.pre[1], [self.query_type], self.mid[1], [self.document_type], self.post[1]]).astype(np.int64)
+        n_pre, n_mid, n_post = len(pre), len(mid), len(post)
+        seg_lens = np.ones((len(q_keep), len(seg_types)), dtype=np.int64)
+        seg_lens[:, n_pre] = q_keep
+        seg_lens[:, n_pre + 1 + n_mid] = d_keep
+        types = np.repeat(np.tile(seg_types, len(q_keep)), seg_lens.ravel())
+        return ids.astype(np.int64, copy=False), types, q_keep + d_keep + (n_pre + n_mid + n_post)
 
     @classmethod
     def learn(cls, backend: Any) -> _Template | None:
@@ -106,6 +130,7 @@ class PairEncoder:
         self._backend: Any = None
         self._max_length: int | None = None
         self._template: _Template | None | bool = False  # False: not learned yet
+        self._wp: WordPieceIds | None = None
         if (getattr(tokenizer, "is_fast", False) and tokenizer.padding_side == "right" and tokenizer.truncation_side == "right"
                 and tokenizer.pad_token_id is not None):
             from tokenizers import Tokenizer
@@ -115,6 +140,7 @@ class PairEncoder:
             self._backend.no_padding()
             self._names = [n for n in tokenizer.model_input_names if n in self._FIELDS]
             self._pad = {"ids": tokenizer.pad_token_id, "type_ids": tokenizer.pad_token_type_id, "attention_mask": 0}
+            self._wp = WordPieceIds.create(tokenizer)
         else:
             logger.info("tokenizer %s is not a right-padding fast tokenizer with a pad token: pairs go through its own call",
                         type(tokenizer).__name__)
@@ -134,10 +160,57 @@ class PairEncoder:
             enc = self.source([q for q, _ in pairs], [d for _, d in pairs], padding=True, truncation="longest_first",
                               max_length=max_length, return_tensors="pt")
             return dict(enc)
-        return self.tensors(self.encode(pairs, max_length=max_length))
+        cut = self.cut_sides(pairs, max_length=max_length)
+        if cut is None:
+            return self.tensors(self.encode(pairs, max_length=max_length))
+        return self.packed_tensors(*cut)
+
+    @property
+    def reads_ids(self) -> bool:
+        """Whether text is read by array lookups (:class:`~jingpai.reranker.featurize.WordPieceIds`), not the Rust tokenizer."""
+        return self._wp is not None and self.templated
+
+    def side_ids(self, texts: Sequence[str], *, cap: int, offsets: bool = False) -> list[TextIds]:
+        """Each text's first ``cap`` ids (no special tokens), by array lookups where :attr:`reads_ids`.
+
+        Raises:
+            TypeError: the tokenizer cannot encode a text (a lone surrogate).
+        """
+        if self._wp is not None:
+            return require_read(self._wp.encode(texts, cap=cap, offsets=offsets), texts)
+        return require_read(rust_ids(self._truncating(1 << 30), texts, cap=cap, offsets=offsets), texts)
+
+    def cut_sides(self, pairs: Sequence[Pair], *, max_length: int, offsets: bool = False,
+                  ) -> tuple[list[TextIds], list[TextIds], np.ndarray, np.ndarray] | None:
+        """``(query ids, document ids, query tokens kept, document tokens kept)`` per pair: each side read once
+        (a query shared by pairs once), a document only as far as the cut can reach, the cut longest-first as the
+        tokenizer makes it. ``None``: no fast reader or no learned template (use :meth:`encode`)."""
+        template = self._learned_template() if self._wp is not None else None
+        if template is None or max_length <= template.added:
+            return None
+        budget = max_length - template.added
+        distinct = list(dict.fromkeys(q for q, _ in pairs))
+        q_read = dict(zip(distinct, self.side_ids(distinct, cap=1 << 30, offsets=offsets), strict=True))
+        queries = [q_read[q] for q, _ in pairs]
+        q_len = np.fromiter((e.tokens for e in queries), dtype=np.int64, count=len(pairs))
+        # past this many tokens a document's length changes nothing longest-first keeps of either side
+        cap = int(np.maximum(budget - np.minimum(q_len, budget // 2), q_len + 1).max(initial=1))
+        docs = self.side_ids([d for _, d in pairs], cap=cap, offsets=offsets)
+        d_len = np.fromiter((e.tokens for e in docs), dtype=np.int64, count=len(pairs))
+        q_keep, d_keep = longest_first_arrays(q_len, d_len, budget)
+        return queries, docs, q_keep, d_keep
+
+    def packed_tensors(self, queries: Sequence[TextIds], docs: Sequence[TextIds], q_keep: np.ndarray, d_keep: np.ndarray,
+                       ) -> dict[str, torch.Tensor]:
+        """Input tensors of the pairs :meth:`cut_sides` cut (what :meth:`tensors` makes of their encodings)."""
+        template = self._learned_template()
+        assert template is not None
+        ids, types, lengths = template.pack([e.ids for e in queries], [e.ids for e in docs], q_keep, d_keep)
+        return self._padded({"ids": ids, "type_ids": types}, lengths)
 
     def encode(self, pairs: Sequence[Pair], *, max_length: int) -> list[Any]:
-        """Rust ``Encoding`` per pair: special tokens added, cut longest-first to ``max_length``, not padded."""
+        """Rust ``Encoding`` per pair: special tokens added, cut longest-first to ``max_length``, not padded
+        (the tokenizer's own pair encoding: what the array path of :meth:`__call__` is pinned against)."""
         return self._truncating(max_length).encode_batch_fast([(q, d) for q, d in pairs])
 
     def join(self, query: Any, document: Any, *, max_length: int, query_tokens: int | None = None,
@@ -166,14 +239,24 @@ class PairEncoder:
     def tensors(self, encodings: Sequence[Any]) -> dict[str, torch.Tensor]:
         """Input tensors of pair encodings (from :meth:`encode` or :meth:`join`), right-padded to the longest."""
         self._fast_only()
-        width = max((len(e) for e in encodings), default=0)
+        lengths = np.fromiter((len(e) for e in encodings), dtype=np.int64, count=len(encodings))
+        flat = {field: np.concatenate([np.asarray(getattr(e, field), dtype=np.int64) for e in encodings]) if len(encodings)
+                else np.zeros(0, dtype=np.int64) for field in ("ids", "type_ids")}
+        return self._padded(flat, lengths)
+
+    def _padded(self, flat: dict[str, np.ndarray], lengths: np.ndarray) -> dict[str, torch.Tensor]:
+        """Rows of ``lengths`` tokens (``flat``: every row's values, concatenated) right-padded to the longest.
+        Unpadded encodings have an all-ones attention mask, so the mask is the rows' extent."""
+        width = int(lengths.max(initial=0))
+        inside = np.arange(width)[None, :] < lengths[:, None]
         out: dict[str, torch.Tensor] = {}
         for name in self._names:
             field = self._FIELDS[name]
-            array = np.full((len(encodings), width), self._pad[field], dtype=np.int64)
-            for row, e in zip(array, encodings, strict=True):
-                values = getattr(e, field)
-                row[: len(values)] = values
+            if field == "attention_mask":
+                out[name] = torch.from_numpy(inside.astype(np.int64))
+                continue
+            array = np.full((len(lengths), width), self._pad[field], dtype=np.int64)
+            array[inside] = flat[field]
             out[name] = torch.from_numpy(array)
         return out
 
@@ -216,4 +299,24 @@ def longest_first(query: int, doc: int, budget: int) -> tuple[int, int]:
     return min(query, long_keep), min(doc, short_keep)
 
 
-__all__ = ["JoinedPair", "PairEncoder", "longest_first"]
+def longest_first_arrays(query: np.ndarray, doc: np.ndarray, budget: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`longest_first` of every pair at once (``int64`` arrays of token counts).
+
+    >>> q, d = longest_first_arrays(np.array([10, 70, 5]), np.array([100, 100, 6]), 61)
+    >>> q.tolist(), d.tolist()
+    ([10, 30, 5], [51, 31, 6])
+    """
+    short = np.minimum(query, doc)
+    long_keep = np.where(short > budget, short, np.maximum(short, budget - short))
+    short_keep = short.copy()
+    halves = short_keep + long_keep > budget
+    short_keep = np.where(halves, budget // 2, short_keep)
+    long_keep = np.where(halves, budget // 2 + budget % 2, long_keep)
+    fits = query + doc <= budget
+    q_first = query <= doc
+    q_keep = np.where(fits, query, np.where(q_first, np.minimum(query, short_keep), np.minimum(query, long_keep)))
+    d_keep = np.where(fits, doc, np.where(q_first, np.minimum(doc, long_keep), np.minimum(doc, short_keep)))
+    return q_keep.astype(np.int64), d_keep.astype(np.int64)
+
+
+__all__ = ["JoinedPair", "PairEncoder", "longest_first", "longest_first_arrays"]

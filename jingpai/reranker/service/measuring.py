@@ -18,6 +18,7 @@ import torch
 
 from jingpai.cjk import HAN_CLASS
 from jingpai.reranker.base import Pair, Reranker
+from jingpai.reranker.featurize import WordPieceIds
 from jingpai.reranker.pair_encoding import PairEncoder, longest_first
 
 logger = logging.getLogger(__name__)
@@ -44,6 +45,7 @@ class TextMeasure:
         # sharing it with the worker thread's featurize() would corrupt batches. It is called directly:
         # the transformers wrapper's per-token Python conversion costs as much as tokenizing.
         self._tokenizer: Any = None
+        self._wp: WordPieceIds | None = None
         if getattr(tokenizer, "is_fast", False):
             from tokenizers import Tokenizer
 
@@ -62,7 +64,16 @@ class TextMeasure:
         self._pairs: PairEncoder | None = None
         if join and self._tokenizer is not None and model.reads_pair_encodings:
             self._pairs = PairEncoder(tokenizer)
+        if self._tokenizer is not None and (self._pairs is None or self._pairs.templated):
+            # BERT's WordPiece: ids by array lookups (a joined encoding then needs only ids, which the template replays)
+            self._wp = WordPieceIds.create(tokenizer)
+        if self._pairs is not None:
             mismatch = self._join_mismatch(model)
+            if mismatch is not None and self._wp is not None:
+                logger.warning("model %s: ids read by array lookups differ from its featurize() (%s); the Rust tokenizer measures",
+                               model.name, mismatch)
+                self._wp = None
+                mismatch = self._join_mismatch(model)
             if mismatch is not None:
                 logger.warning("model %s: joined token ids differ from its featurize() (%s); pairs are tokenized again from text",
                                model.name, mismatch)
@@ -190,6 +201,10 @@ class TextMeasure:
         estimated) of a prefix of the text whose first ``tokens`` tokens are the text's, for :meth:`join`."""
         if self._tokenizer is None:
             return [(*self._cut_of(*self._estimated_capped(t, cap)), None) for t in texts]
+        if self._wp is not None:
+            # a text the tokenizer refuses is estimated (the model then says what is wrong with it)
+            return [(len(e), e.end, e.more, e) if e is not None else (*self._cut_of(*self._estimated_capped(t, cap)), None)
+                    for t, e in zip(texts, self._wp.encode(texts, cap=cap, offsets=True), strict=True)]
 
         def judge(text: str, prefix: str, enc: Any) -> tuple[int, int, bool, Any] | None:
             n = len(enc)

@@ -128,7 +128,7 @@ class RerankService:
         # half the budget, so neither does chunking)
         room = max(budget - min(q_len, budget // 2), 1)
         stride = max(room - room // 8, 1)
-        doc_cap = self._doc_cap(q_len, chunks=chunks, doc_tokens=doc_tokens, room=room, stride=stride)
+        doc_cap = self._doc_cap(q_len, chunks=chunks, doc_tokens=doc_tokens, room=room, stride=stride, truncate=truncate)
         pairs: list[Pair] = []
         lengths: list[int] = []
         owner: list[int] = []
@@ -170,11 +170,13 @@ class RerankService:
             owner.append(i)
         return pairs, lengths, owner, encodings
 
-    def _doc_cap(self, q_len: int, *, chunks: int, doc_tokens: int | None, room: int, stride: int) -> int:
+    def _doc_cap(self, q_len: int, *, chunks: int, doc_tokens: int | None, room: int, stride: int, truncate: bool = True) -> int:
         """Tokens of a document worth measuring: what the pair, or its ``chunks`` windows, can hold."""
         # a cut document must stay longer than the query whenever the whole one was: longest-first truncation
         # gives the odd token to the longer side, so otherwise the pair would differ from the uncut one
-        doc_cap = max(self.max_length, q_len + 1) if doc_tokens is None else min(doc_tokens, self.max_length)
+        # (past ``room`` tokens, or the query's length, a document's length changes nothing longest-first keeps of
+        # either side; a refused one is measured to max_length, for the error's exact size)
+        doc_cap = max(room if truncate else self.max_length, q_len + 1) if doc_tokens is None else min(doc_tokens, self.max_length)
         if chunks > 1:
             doc_cap = max(doc_cap, room + stride * (chunks - 1))
         return doc_cap if doc_tokens is None else min(doc_cap, doc_tokens)

@@ -1,0 +1,235 @@
+"""Host work per pair of the rerank service and of ``predict``, per model family, stage and length (issue 54).
+
+    python bench/host_work.py [--families minilm,bge-cross,bge-bi,use-bi,use-kw,kwbert,bertca]
+        [--lengths 64,128,256] [--requests 8] [--docs 20] [--rounds 3] [--dictionary DIR]
+        [--baseline CHECKOUT] [--turns 2]
+
+Everything the host computes for a pair before the forward pass, in CPU time (``time.process_time``: every
+thread of the process, the tokenizer's Rust threads included), in µs per pair, on real pairs (short news
+texts against news articles of ``zh/sohu/dc-test``, the same as ``rerank_throughput``'s). No forward pass runs:
+host work does not depend on the weights, so the models are untrained (a fresh head on the MiniLM and
+bge-small-zh checkpoints; use-* on the packaged USE weights).
+
+Stages (each timed alone, best of ``--rounds``; per-text caches are cleared before every round, so every
+text is new, as a fresh request's documents are):
+
+* ``measure`` — the service's :class:`~jingpai.reranker.service.TextMeasure` counting and cutting the query
+  and the documents (``cut_encodings``);
+* ``prepare`` — the service's whole request preparation (``RerankService._prepare``: measure, cut, pairs,
+  joined token ids where the model reads them);
+* ``input`` — the model input of the prepared pairs (``featurize_encodings`` of the joined token ids, else
+  ``featurize`` of the cut texts), in batches of ``--batch`` pairs;
+* ``serve`` — ``prepare + input``: the service's host work per pair;
+* ``predict`` — ``featurize`` of the whole pairs in ``predict``'s length-sorted batches of ``--batch``.
+
+``--baseline CHECKOUT`` runs the same stages on another checkout's code (e.g. ``git worktree add
+/tmp/old <commit>``) in a child process, alternating with this checkout ``--turns`` times; each cell is the
+best of its turns, and the table gives both and their ratio. ``--json`` prints the cells as one JSON object
+(what the parent reads of the child).
+
+Goal (issue 54): serve ≤ 60 µs per pair at length 256 for the BERT-family cross-encoders, ≤ 100 µs for
+use-kw and kwbert.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+FAMILIES = ("minilm", "bge-cross", "bge-bi", "use-bi", "use-kw", "kwbert", "bertca")
+STAGES = ("measure", "prepare", "input", "serve", "predict")
+#: the goal per family at length 256 (µs of CPU time per pair, the serve stage)
+GOALS = {"minilm": 60, "bge-cross": 60, "bge-bi": 60, "kwbert": 100, "use-kw": 100}
+
+Pair = tuple[str, str]
+Request = tuple[str, list[str]]
+
+
+def build(family: str, length: int, dictionary: str | None):
+    """An untrained model of ``family`` with ``max_length`` ``length`` (the family's per-text length for use-*)."""
+    from jingpai.reranker import registry
+
+    if family == "minilm":
+        from bench.rerank_throughput import checkpoint_dir
+
+        return registry.create("cross", base=str(checkpoint_dir()), max_length=length, device="cpu")
+    if family == "bge-cross":
+        return registry.create("cross", base="bge-small-zh", max_length=length, device="cpu")
+    if family == "bge-bi":
+        return registry.create("bi", base="bge-small-zh", max_length=length, device="cpu")
+    if family == "use-bi":
+        return registry.create("use-bi", max_length=length, device="cpu")
+    if family == "use-kw":
+        return registry.create("use-kw", max_length=length, dictionary=dictionary, device="cpu")
+    if family == "kwbert":
+        return registry.create("kwbert", base="bge-small-zh", max_length=length, dictionary=dictionary, device="cpu")
+    if family == "bertca":
+        return registry.create("bertca", base="bge-small-zh", max_length=length, device="cpu")
+    raise SystemExit(f"unknown family {family!r}; expected some of {', '.join(FAMILIES)}")
+
+
+def clear_caches(model) -> None:
+    """Forget every per-text result the model keeps (so each round's texts are new to it)."""
+    for holder in (model, type(model)):
+        for name in dir(holder):
+            attr = getattr(holder, name, None)
+            if callable(getattr(attr, "cache_clear", None)):
+                attr.cache_clear()
+    clear = getattr(model, "clear_text_caches", None)
+    if callable(clear):
+        clear()
+
+
+def cpu_seconds(fn: Callable[[], object]) -> float:
+    t0 = time.process_time()
+    fn()
+    return time.process_time() - t0
+
+
+def measure_family(model, requests: Sequence[Request], *, rounds: int, batch: int) -> dict[str, float]:
+    """µs of CPU time per pair of each stage (best of ``rounds``)."""
+    from jingpai.reranker.service import RerankService, ServiceMetrics, ServiceSettings
+
+    settings = ServiceSettings(dtype="fp32", warmup=False, max_length=model.config.max_length, queue_timeout_ms=3_600_000)
+    service = RerankService(model, settings, ServiceMetrics(), copy_model=False)
+    m = service.measure
+    n = sum(len(docs) for _, docs in requests)
+    pairs_all = [(q, d) for q, docs in requests for d in docs]
+    best = dict.fromkeys(STAGES, float("inf"))
+
+    def measure() -> None:
+        for query, docs in requests:
+            (q_tokens, _end, q_more, _), = m.cut_encodings([query], cap=1 << 30)
+            m.cut_encodings(docs, cap=max(service.max_length, q_tokens + q_more + 1))
+
+    def prepare() -> list:
+        return [service._prepare(q, docs, truncate=True, chunks=1, doc_tokens=None, docs_field="texts") for q, docs in requests]
+
+    def model_input(prepared: list) -> None:
+        for pairs, _lengths, _owner, encodings in prepared:
+            for start in range(0, len(pairs), batch):
+                if encodings is None:
+                    service.model.featurize(pairs[start : start + batch])
+                else:
+                    service.model.featurize_encodings(encodings[start : start + batch])
+
+    def predict_input() -> None:
+        order = sorted(range(len(pairs_all)), key=lambda i: len(pairs_all[i][0]) + len(pairs_all[i][1]))
+        for start in range(0, len(order), batch):
+            service.model.featurize([pairs_all[i] for i in order[start : start + batch]])
+
+    for _ in range(rounds):
+        clear_caches(service.model)
+        best["measure"] = min(best["measure"], cpu_seconds(measure))
+        clear_caches(service.model)
+        t0 = time.process_time()
+        prepared = prepare()
+        prep = time.process_time() - t0
+        # the model input of cold texts: caches cleared, the prepared pairs kept
+        clear_caches(service.model)
+        inp = cpu_seconds(lambda: model_input(prepared))  # noqa: B023
+        best["prepare"], best["input"] = min(best["prepare"], prep), min(best["input"], inp)
+        best["serve"] = min(best["serve"], prep + inp)
+        clear_caches(service.model)
+        best["predict"] = min(best["predict"], cpu_seconds(predict_input))
+    return {k: v / n * 1e6 for k, v in best.items()}
+
+
+def measure_all(families: Sequence[str], lengths: Sequence[int], args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """``{"family@length": {stage: µs/pair}}``; a family that cannot be built here is reported, not measured."""
+    import torch
+
+    from bench.rerank_throughput import workload
+
+    torch.manual_seed(0)
+    requests = workload("sohu", args.requests, args.docs, seed=1)
+    out: dict[str, dict[str, float]] = {}
+    for family in families:
+        for length in lengths:
+            try:
+                model = build(family, length, args.dictionary)
+            except Exception as exc:  # noqa: BLE001 - a family missing here is said, the rest still measured
+                print(f"{family} at {length}: not built ({type(exc).__name__}: {exc})", file=sys.stderr)
+                break
+            model.net.eval()
+            out[f"{family}@{length}"] = measure_family(model, requests, rounds=args.rounds, batch=args.batch)
+            del model
+    return out
+
+
+def child(checkout: str, args: argparse.Namespace, families: Sequence[str]) -> dict[str, dict[str, float]]:
+    """The stages measured on ``checkout``'s jingpai in a child process (this file, that code)."""
+    cmd = [sys.executable, __file__, "--json", "--source", checkout, "--families", ",".join(families), "--lengths", args.lengths,
+           "--requests", str(args.requests), "--docs", str(args.docs), "--rounds", str(args.rounds), "--batch", str(args.batch)]
+    if args.dictionary:
+        cmd += ["--dictionary", args.dictionary]
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--families", default=",".join(FAMILIES))
+    ap.add_argument("--lengths", default="64,128,256")
+    ap.add_argument("--requests", type=int, default=8)
+    ap.add_argument("--docs", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--batch", type=int, default=32, help="pairs per model-input call (a forward pass's batch)")
+    ap.add_argument("--dictionary", default=None, help="keyword dictionary folder for use-kw and kwbert (default: none, every token a keyword)")
+    ap.add_argument("--baseline", default=None, help="another checkout whose code is measured alongside (a child process)")
+    ap.add_argument("--turns", type=int, default=2, help="alternations with --baseline; each cell is the best of its turns")
+    ap.add_argument("--source", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--json", action="store_true", help="print the cells as one JSON object")
+    args = ap.parse_args()
+    root = Path(args.source or Path(__file__).resolve().parents[1]).resolve()
+    sys.path.insert(0, str(root))
+    families = [f for f in args.families.split(",") if f]
+    lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+    if args.json:
+        print(json.dumps(measure_all(families, lengths, args)))
+        return
+
+    import torch
+
+    from bench.common import cpu_flags, machine
+
+    print(f"machine: {machine()}; CPU flags: {cpu_flags()}; torch {torch.__version__}; load average {os.getloadavg()[0]:.1f}; "
+          f"{args.requests} requests × {args.docs} docs (zh/sohu dc-test), batches of {args.batch}, best of {args.rounds} rounds"
+          + (f" × {args.turns} turns" if args.baseline else ""))
+    print("µs of CPU time per pair (all threads); serve = prepare + input (the service), predict = featurize of whole pairs")
+    ours: dict[str, dict[str, float]] = {}
+    theirs: dict[str, dict[str, float]] = {}
+    for _ in range(args.turns if args.baseline else 1):
+        if args.baseline:
+            for key, cells in child(args.baseline, args, families).items():
+                theirs[key] = {s: min(v, theirs.get(key, {}).get(s, float("inf"))) for s, v in cells.items()}
+        for key, cells in measure_all(families, lengths, args).items():
+            ours[key] = {s: min(v, ours.get(key, {}).get(s, float("inf"))) for s, v in cells.items()}
+    head = f"{'family':<11}{'len':>5}" + "".join(f"{s:>10}" for s in STAGES)
+    if args.baseline:
+        head += f"{'base serve':>12}{'base pred':>11}{'serve ×':>9}{'pred ×':>8}"
+    print(head)
+    for key, cells in ours.items():
+        family, length = key.split("@")
+        line = f"{family:<11}{length:>5}" + "".join(f"{cells[s]:>10.1f}" for s in STAGES)
+        if key in theirs:
+            base = theirs[key]
+            line += f"{base['serve']:>12.1f}{base['predict']:>11.1f}{base['serve'] / cells['serve']:>8.1f}x{base['predict'] / cells['predict']:>7.1f}x"
+        goal = GOALS.get(family)
+        if goal is not None and length == "256":
+            line += f"   goal serve ≤ {goal}: {'met' if cells['serve'] <= goal else 'missed'}"
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
