@@ -1,7 +1,7 @@
 """The hybrid section's per-data-set tuning: the hybrid first stage and the rerank fusion on top of it, chosen
 together on each data set's *training* queries with ``jingpai tune --hybrid``'s code (issues 29 and 32).
 
-One fusion weight for every data set does not fit (docs/RESULTS.md §1.1: the weight tuned on the training mix
+One fusion weight for every data set does not fit (docs/results/history.md §1.1: the weight tuned on the training mix
 gives most of the model's gain back on BQ and AFQMC), and a rerank weight chosen on BM25's windows is not the one
 for hybrid windows. So, per data set:
 

@@ -9,7 +9,7 @@ sample of the unjudged first hits is printed, query and hit side by side, for a 
 paraphrases says how far the one-relevant P@k (and P@k (all)) of that split can measure a better ranker.
 
 A diagnosis of the labels, not an evaluation: it reads a report split, so nothing is trained, selected or tuned on
-what it prints (docs/RESULTS.md §1.0c used it on BQ dev; §1.1 read LCQMC dev the same way).
+what it prints (docs/results/history.md §1.0c used it on BQ dev; §1.1 read LCQMC dev the same way).
 """
 
 from __future__ import annotations

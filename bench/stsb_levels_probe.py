@@ -1,4 +1,4 @@
-"""The frozen-backbone baseline of the STS-B 3-level rows (docs/RESULTS.md §6): a logistic regression on USE-m3
+"""The frozen-backbone baseline of the STS-B 3-level rows (docs/results/history.md §6): a logistic regression on USE-m3
 sentence-pair features, the regularisation chosen on dev, reported on test.
 
     python bench/stsb_levels_probe.py

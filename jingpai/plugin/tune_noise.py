@@ -1,6 +1,6 @@
 """Whether a tuning run's choice is more than chance: ``jingpai tune`` compares dozens of settings on the same
 held-out queries, and on a few hundred of them the best is often best by luck (on AFQMC, 205 held-out training
-queries chose a hybrid weight that cost 0.05 P@10 on the report split, docs/RESULTS.md §1c).
+queries chose a hybrid weight that cost 0.05 P@10 on the report split, docs/results/history.md §1c).
 """
 
 from __future__ import annotations

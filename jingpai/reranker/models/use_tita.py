@@ -3,7 +3,7 @@
 TITA's matching, topic model and memory are unchanged (stage 2 attention, GSM, memory hops, the 3-level
 output); only stage 1, the encoder, is USE's (:mod:`jingpai.reranker.use_backbone`) instead of a BERT
 checkpoint. Here no Chinese BERT exists, and TITA on a from-scratch BERT barely beat the majority class
-(docs/RESULTS.md §6), while USE's pretrained token features already separate graded similarity.
+(docs/results/history.md §6), while USE's pretrained token features already separate graded similarity.
 
 * **Stage 1**: USE token features ``f`` (1280-d per SentencePiece piece, per sentence) projected to
   ``hidden``; the paper's BERT pass over ``[CLS] Q [SEP] D [SEP]`` becomes ``pair_layers`` transformer
