@@ -487,10 +487,13 @@ def serving(app: Any) -> Iterator[str]:
 
 @contextmanager
 def rerank_service(model: Any, *, name: str) -> Iterator[str]:
-    """The real ``jingpai serve`` app for ``model`` on a loopback port (fp32, no warm-up)."""
+    """The real ``jingpai serve`` app for ``model`` on a loopback port (fp32, no warm-up, a 10-minute queue wait)."""
     from jingpai.reranker.service import ServiceSettings, create_app
 
-    settings = ServiceSettings(model_name=name, device="cpu" if model.device.type == "cpu" else "cuda", dtype="fp32", warmup=False)
+    # the report measures quality, not latency: on a slow or shared CPU a request queued behind the others' 100-hit windows
+    # must wait its turn instead of being answered 429 (which the gateway turns into a fail-open, unreranked row)
+    settings = ServiceSettings(model_name=name, device="cpu" if model.device.type == "cpu" else "cuda", dtype="fp32", warmup=False,
+                               queue_timeout_ms=600_000)
     with serving(create_app(settings, model)) as url:
         yield url
 
