@@ -22,6 +22,9 @@ text is new, as a fresh request's documents are):
 * ``serve`` — ``prepare + input``: the service's host work per pair;
 * ``predict`` — ``featurize`` of the whole pairs in ``predict``'s length-sorted batches of ``--batch``.
 
+``--checkpoint DIR`` measures the ``minilm`` family on another checkpoint folder; one with only a tokenizer and a
+config (what travels to a lent GPU machine, bench/gpu_prepare.sh) gets random weights.
+
 ``--baseline CHECKOUT`` runs the same stages on another checkout's code (e.g. ``git worktree add
 /tmp/old <commit>``) in a child process, alternating with this checkout ``--turns`` times; each cell is the
 best of its turns, and the table gives both and their ratio. ``--json`` prints the cells as one JSON object
@@ -34,7 +37,7 @@ use-kw and kwbert.
 from __future__ import annotations
 
 import argparse
-import dataclasses
+import functools
 import json
 import os
 import subprocess
@@ -55,14 +58,19 @@ Pair = tuple[str, str]
 Request = tuple[str, list[str]]
 
 
-def build(family: str, length: int, dictionary: str | None):
-    """An untrained model of ``family`` with ``max_length`` ``length`` (the family's per-text length for use-*)."""
+def build(family: str, length: int, dictionary: str | None, checkpoint: str | None = None):
+    """An untrained model of ``family`` with ``max_length`` ``length`` (the family's per-text length for use-*);
+    ``checkpoint``: the ``minilm`` family's folder instead of the packaged MiniLM (a tokenizer and config without
+    weights is given random BERT-base-shaped ones, as on a lent GPU machine)."""
     from jingpai.reranker import registry
 
     if family == "minilm":
         from bench.rerank_throughput import checkpoint_dir
 
-        return registry.create("cross", base=str(checkpoint_dir()), max_length=length, device="cpu")
+        path = Path(checkpoint) if checkpoint else checkpoint_dir()
+        if not any((path / name).is_file() for name in ("model.safetensors", "pytorch_model.bin")):
+            path = Path(_random_weights(str(path)))
+        return registry.create("cross", base=str(path), max_length=length, device="cpu")
     if family == "bge-cross":
         return registry.create("cross", base="bge-small-zh", max_length=length, device="cpu")
     if family == "bge-bi":
@@ -76,6 +84,22 @@ def build(family: str, length: int, dictionary: str | None):
     if family == "bertca":
         return registry.create("bertca", base="bge-small-zh", max_length=length, device="cpu")
     raise SystemExit(f"unknown family {family!r}; expected some of {', '.join(FAMILIES)}")
+
+
+@functools.lru_cache(maxsize=4)
+def _random_weights(folder: str) -> str:
+    """A copy of a tokenizer-and-config folder with random weights of one layer (host work reads no weights)."""
+    import shutil
+    import tempfile
+
+    from transformers import AutoConfig, AutoModel
+
+    out = Path(tempfile.mkdtemp(prefix="jingpai-host-work-"))
+    AutoModel.from_config(AutoConfig.from_pretrained(folder, local_files_only=True, num_hidden_layers=1)).save_pretrained(out)
+    for name in ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "special_tokens_map.json"):
+        if (Path(folder) / name).is_file():
+            shutil.copy(Path(folder) / name, out / name)
+    return str(out)
 
 
 def clear_caches(model) -> None:
@@ -157,7 +181,7 @@ def measure_all(families: Sequence[str], lengths: Sequence[int], args: argparse.
     for family in families:
         for length in lengths:
             try:
-                model = build(family, length, args.dictionary)
+                model = build(family, length, args.dictionary, args.checkpoint)
             except Exception as exc:  # noqa: BLE001 - a family missing here is said, the rest still measured
                 print(f"{family} at {length}: not built ({type(exc).__name__}: {exc})", file=sys.stderr)
                 break
@@ -167,12 +191,39 @@ def measure_all(families: Sequence[str], lengths: Sequence[int], args: argparse.
     return out
 
 
+def http_layer(requests: Sequence[Request], *, rounds: int) -> dict[str, float]:
+    """µs of CPU time per pair of the TEI route's JSON work around the service: the request body parsed into
+    its pydantic model, the answer built and serialised as FastAPI does with a ``response_model`` (validated
+    into ``list[TeiRank]``, then dumped to JSON bytes)."""
+    from pydantic import TypeAdapter
+
+    from jingpai.reranker.service.schemas import TeiRank, TeiRerankRequest
+
+    bodies = [json.dumps({"query": q, "texts": docs, "raw_scores": True}, ensure_ascii=False).encode() for q, docs in requests]
+    answer = TypeAdapter(list[TeiRank])
+    n = sum(len(docs) for _, docs in requests)
+    best = {"parse": float("inf"), "answer": float("inf")}
+    for _ in range(rounds):
+        parsed = []
+        best["parse"] = min(best["parse"], cpu_seconds(lambda: parsed.extend(TeiRerankRequest.model_validate_json(b) for b in bodies)))  # noqa: B023
+
+        def respond() -> None:
+            for req in parsed:  # noqa: B023
+                ranks = [TeiRank(index=i, score=0.5 - i * 1e-3) for i in range(len(req.texts))]
+                answer.dump_json(answer.validate_python(ranks))
+
+        best["answer"] = min(best["answer"], cpu_seconds(respond))
+    return {k: v / n * 1e6 for k, v in best.items()}
+
+
 def child(checkout: str, args: argparse.Namespace, families: Sequence[str]) -> dict[str, dict[str, float]]:
     """The stages measured on ``checkout``'s jingpai in a child process (this file, that code)."""
     cmd = [sys.executable, __file__, "--json", "--source", checkout, "--families", ",".join(families), "--lengths", args.lengths,
            "--requests", str(args.requests), "--docs", str(args.docs), "--rounds", str(args.rounds), "--batch", str(args.batch)]
     if args.dictionary:
         cmd += ["--dictionary", args.dictionary]
+    if args.checkpoint:
+        cmd += ["--checkpoint", args.checkpoint]
     done = subprocess.run(cmd, check=True, capture_output=True, text=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -186,6 +237,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32, help="pairs per model-input call (a forward pass's batch)")
     ap.add_argument("--dictionary", default=None, help="keyword dictionary folder for use-kw and kwbert (default: none, every token a keyword)")
+    ap.add_argument("--checkpoint", default=None, help="the minilm family's checkpoint folder (default: the packaged MiniLM)")
     ap.add_argument("--baseline", default=None, help="another checkout whose code is measured alongside (a child process)")
     ap.add_argument("--turns", type=int, default=2, help="alternations with --baseline; each cell is the best of its turns")
     ap.add_argument("--source", default=None, help=argparse.SUPPRESS)
@@ -229,6 +281,11 @@ def main() -> None:
         if goal is not None and length == "256":
             line += f"   goal serve ≤ {goal}: {'met' if cells['serve'] <= goal else 'missed'}"
         print(line)
+    from bench.rerank_throughput import workload
+
+    http = http_layer(workload("sohu", args.requests, args.docs, seed=1), rounds=args.rounds)
+    print(f"TEI /rerank JSON work per pair (request parsed: {http['parse']:.1f} µs, answer validated and dumped: "
+          f"{http['answer']:.1f} µs); uvicorn's own share is in rerank_throughput --serve-ratio")
 
 
 if __name__ == "__main__":

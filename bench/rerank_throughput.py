@@ -48,6 +48,11 @@ t² per pair of t tokens); the bf16 and fp32 matmul peaks are measured first wit
 square matmul on all torch threads, and "% peak" is of the higher of the two.
 
 Goal (issue 6): serve ≥ 4× plain transformers fp32 pairs/s on a 2-core CPU.
+
+``--serve-ratio`` (issue 54) measures only ``jingpai serve`` over HTTP against the model's own ``predict`` on the
+same pairs, for each length and ``--ratio-docs`` documents per request with 1 and ``--concurrency`` clients,
+``--interleaved`` alternating turns (best of each); goal: HTTP ≥ 95 % of ``predict`` at lengths 64 and 256
+(``--checkpoint bge-small-zh`` and the packaged MiniLM). ``--host-work`` runs ``bench/host_work.py`` instead.
 """
 
 from __future__ import annotations
@@ -335,8 +340,18 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="throughput rows report the best of this many runs")
     ap.add_argument("--interleaved", type=int, default=3,
                     help="turns in which the baseline and the eager service (bf16 where native) alternate, for a drift-proof ratio (0: skip)")
+    ap.add_argument("--serve-ratio", action="store_true",
+                    help="only HTTP serve ÷ predict pairs/s per length, documents per request and clients (issue 54)")
+    ap.add_argument("--ratio-docs", default="20,100", help="documents per request of the --serve-ratio cells")
+    ap.add_argument("--host-work", action="store_true", help="run bench/host_work.py (host work per pair) with the rest of the command line")
     ap.add_argument("--emulated-bf16", action="store_true",
                     help="also run the bf16 rows on a CPU without native bf16 (5-10x slower than fp32 there)")
+    if "--host-work" in sys.argv:
+        import runpy
+
+        sys.argv = [str(Path(__file__).with_name("host_work.py")), *[a for a in sys.argv[1:] if a != "--host-work"]]
+        runpy.run_path(sys.argv[0], run_name="__main__")
+        return
     args = ap.parse_args()
     global REPEATS
     REPEATS = max(1, args.repeats)
@@ -385,6 +400,9 @@ def main() -> None:
     print(f"measured matmul peak ({device if device == 'cuda' else f'{torch.get_num_threads()} threads'}): fp32 {peak['fp32']:.3f} TFLOP/s, "
           f"bf16 {peak['bf16']:.4f} TFLOP/s; '% peak' below is of the higher one")
 
+    if args.serve_ratio:
+        serve_ratio(model, lengths, args)
+        return
     summary: list[str] = []
     base_rate_by_length: dict[int, float] = {}
     for length in lengths:
@@ -529,6 +547,43 @@ def main() -> None:
     if not args.skip_use:
         summary.append(use_section(requests, pairs, args, base_rate_by_length))
     print("\n" + "\n".join(summary))
+
+
+def serve_ratio(model, lengths: Sequence[int], args: argparse.Namespace) -> None:
+    """HTTP serve ÷ ``predict`` pairs/s on the same pairs, per length × documents per request × clients."""
+    import numpy as np
+
+    dtype = "auto"
+    from jingpai.reranker.service import resolve_dtype
+
+    resolved = resolve_dtype(dtype, model.device)
+    autocast = None if resolved == "fp32" else {"bf16": __import__("torch").bfloat16}.get(resolved)
+    print(f"serve over HTTP ÷ predict ({resolved}; {args.requests} requests per cell; best of {args.interleaved} alternating turns)")
+    print(f"{'len':>5}{'docs':>6}{'clients':>9}{'predict p/s':>13}{'HTTP p/s':>10}{'HTTP ÷ predict':>16}{'max |Δ|':>10}")
+    net = model.net
+    for length in lengths:
+        model.config = dataclasses.replace(model.config, max_length=length)
+        for n_docs in [int(x) for x in args.ratio_docs.split(",") if x.strip()]:
+            requests = workload(args.data, args.requests, n_docs, seed=length + n_docs)
+            pairs = [(q, d) for q, docs in requests for d in docs]
+            with HttpServer(model, service_settings(dtype, length, args.max_batch_tokens)) as server:
+                server.run(requests[:1], 1)  # warm-up
+                model.predict(pairs[:32], batch_size=args.batch_size, autocast_dtype=autocast)
+                for clients in (1, args.concurrency):
+                    best_predict = best_http = float("inf")
+                    diff = 0.0
+                    for _ in range(max(1, args.interleaved)):
+                        t0 = time.perf_counter()
+                        direct = model.predict(pairs, batch_size=args.batch_size, autocast_dtype=autocast)
+                        best_predict = min(best_predict, time.perf_counter() - t0)
+                        seconds, by_request, _ = server.run(requests, clients)
+                        best_http = min(best_http, seconds)
+                        served = np.array([s for i in range(len(requests)) for s in by_request[i]], dtype=np.float32)
+                        diff = max(diff, float(np.abs(served - direct).max()))
+                    p_rate, h_rate = len(pairs) / best_predict, len(pairs) / best_http
+                    print(f"{length:>5}{n_docs:>6}{clients:>9}{p_rate:>13.1f}{h_rate:>10.1f}{h_rate / p_rate:>15.2f}x{diff:>10.1e}"
+                          f"{'   goal ≥ 0.95x: ' + ('met' if h_rate / p_rate >= 0.95 else 'missed') if length in (64, 256) else ''}")
+            model.net = net.float()
 
 
 def use_section(requests: Sequence[Request], pairs: Sequence[Pair], args: argparse.Namespace, base_rates: dict[int, float]) -> str:

@@ -29,7 +29,6 @@ concatenation each, instead of a Python loop over rows.
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 import json
 import logging
@@ -180,16 +179,16 @@ class WordPieceIds:
         backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
         if not hasattr(backend, "to_str"):
             return None
-        fingerprint = hashlib.sha1(backend.to_str().encode()).hexdigest()
+        # one per tokenizer object (its Rust backend is the same object for its life)
         cached = getattr(tokenizer, "_jingpai_wordpiece", None)
-        if cached is not None and cached[0] == fingerprint:
+        if cached is not None and cached[0] is backend:
             return cached[1]
         classes = char_classes(backend)
         made = None if classes is None else cls(backend, classes)
         if made is None:
             logger.info("tokenizer %s is not BERT's WordPiece pipeline: texts are tokenized by the Rust tokenizer", type(tokenizer).__name__)
         try:
-            tokenizer._jingpai_wordpiece = (fingerprint, made)
+            tokenizer._jingpai_wordpiece = (backend, made)
         except AttributeError:
             pass  # a tokenizers.Tokenizer takes no attributes: built again next time
         return made
@@ -405,4 +404,24 @@ def pad_rows(rows: Sequence[Any], *, pad: int | Sequence[int] = 0, width: int | 
     return out, lengths
 
 
-__all__ = ["OTHER", "SINGLE", "SPACE", "WORD", "TextIds", "WordPieceIds", "char_classes", "pad_rows", "require_read", "rust_ids"]
+def keyword_flags(spans: Sequence[tuple[int, int]], starts: np.ndarray, ends: np.ndarray, length: int) -> np.ndarray:
+    """Per token (character span ``starts[i]:ends[i]``): whether it overlaps a keyword span (``start < e and end > s``).
+
+    >>> keyword_flags([(0, 2), (5, 6)], np.array([0, 2, 4, 6]), np.array([1, 4, 6, 7]), 7).tolist()
+    [True, False, True, False]
+    """
+    if not spans:
+        return np.zeros(len(starts), dtype=bool)
+    mark = np.zeros(length + 1, dtype=np.int64)
+    for s, e in spans:
+        mark[s] += 1
+        mark[e] -= 1
+    # keyword characters so far: a non-empty token overlaps a (non-empty) span iff it holds a keyword character
+    covered = np.concatenate([[0], np.cumsum(np.cumsum(mark)[:length] > 0)])
+    out = covered[ends] - covered[starts] > 0
+    for i in np.flatnonzero(starts >= ends).tolist():  # an empty token: the rule itself
+        out[i] = any(starts[i] < e and ends[i] > s for s, e in spans)
+    return out
+
+
+__all__ = ["keyword_flags", "OTHER", "SINGLE", "SPACE", "WORD", "TextIds", "WordPieceIds", "char_classes", "pad_rows", "require_read", "rust_ids"]

@@ -131,6 +131,7 @@ class PairEncoder:
         self._max_length: int | None = None
         self._template: _Template | None | bool = False  # False: not learned yet
         self._wp: WordPieceIds | None = None
+        self._single: tuple[np.ndarray, np.ndarray] | None | bool = False  # False: not learned yet
         if (getattr(tokenizer, "is_fast", False) and tokenizer.padding_side == "right" and tokenizer.truncation_side == "right"
                 and tokenizer.pad_token_id is not None):
             from tokenizers import Tokenizer
@@ -208,6 +209,26 @@ class PairEncoder:
         ids, types, lengths = template.pack([e.ids for e in queries], [e.ids for e in docs], q_keep, d_keep)
         return self._padded({"ids": ids, "type_ids": types}, lengths)
 
+    def single_tensors(self, texts: Sequence[str], *, max_length: int) -> dict[str, torch.Tensor] | None:
+        """``input_ids`` / ``attention_mask`` of single texts as ``tokenizer(texts, padding=True, truncation=True,
+        max_length=max_length)`` makes them, by array lookups; ``None`` where that path is not available (no
+        WordPiece reader, or a single-text template other than specials, text, specials)."""
+        if self._wp is None:
+            return None
+        if self._single is False:
+            self._single = _single_template(self._truncating(1 << 20))
+        if self._single is None or max_length <= sum(len(p) for p in self._single):
+            return None
+        pre, post = self._single
+        reads = self.side_ids(texts, cap=max_length - len(pre) - len(post))
+        ids = np.concatenate([part for r in reads for part in (pre, r.ids, post)]) if reads else np.zeros(0, dtype=np.int64)
+        lengths = np.fromiter((len(r.ids) + len(pre) + len(post) for r in reads), dtype=np.int64, count=len(reads))
+        width = int(lengths.max(initial=0))
+        inside = np.arange(width)[None, :] < lengths[:, None]
+        values = np.full((len(reads), width), self._pad["ids"], dtype=np.int64)
+        values[inside] = ids
+        return {"input_ids": torch.from_numpy(values), "attention_mask": torch.from_numpy(inside.astype(np.int64))}
+
     def encode(self, pairs: Sequence[Pair], *, max_length: int) -> list[Any]:
         """Rust ``Encoding`` per pair: special tokens added, cut longest-first to ``max_length``, not padded
         (the tokenizer's own pair encoding: what the array path of :meth:`__call__` is pinned against)."""
@@ -276,6 +297,21 @@ class PairEncoder:
             self._backend.enable_truncation(max_length, strategy="longest_first")
             self._max_length = max_length
         return self._backend
+
+
+def _single_template(backend: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(pre, post)`` special-token ids the tokenizer wraps one text in (``None``: not of that shape)."""
+    piece = backend.encode("a b", add_special_tokens=False)
+    if len(piece) == 0:
+        return None
+    enc = backend.post_process(piece, None, add_special_tokens=True)
+    ids = np.asarray(enc.ids, dtype=np.int64)
+    kept = [i for i, special in enumerate(enc.special_tokens_mask) if not special]
+    if kept != list(range(kept[0], kept[0] + len(piece))) if kept else True:
+        return None
+    if ids[kept].tolist() != piece.ids:
+        return None
+    return ids[: kept[0]].copy(), ids[kept[-1] + 1 :].copy()
 
 
 def longest_first(query: int, doc: int, budget: int) -> tuple[int, int]:

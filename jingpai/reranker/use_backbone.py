@@ -96,15 +96,17 @@ class UseTokenizer:
         cap = self.max_tokens
         return [seq if len(seq) <= cap else seq[: cap - 1] + [EOS_ID] for seq in ids]
 
-    def pieces(self, text: str) -> list[tuple[str, int, int]]:
-        """``(piece, start, end)`` character spans of ``text``'s pieces (no BOS/EOS), in order.
+    def pieces(self, text: str, *, limit: int | None = None) -> list[tuple[str, int, int]]:
+        """``(piece, start, end)`` character spans of ``text``'s pieces (no BOS/EOS), in order; with ``limit``
+        only the first ``limit`` (each span depends only on the pieces before it).
 
         SentencePiece normalises (NFKC) and marks word starts with ``▁``; spans are found by walking the
         original text, so a piece whose normalised form is not found there gets an empty span.
         """
         out: list[tuple[str, int, int]] = []
         pos = 0
-        for piece in self.sp.encode(text, out_type=str):
+        pieces = self.sp.encode(text, out_type=str)
+        for piece in pieces if limit is None else pieces[:limit]:
             surface = piece.replace("\u2581", " ").strip()
             if not surface:
                 out.append((piece, pos, pos))

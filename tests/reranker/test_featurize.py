@@ -108,3 +108,12 @@ def test_pad_rows() -> None:
     values, lengths = pad_rows([[1, 2, 3], np.array([4]), []], pad=9)
     assert values.tolist() == [[1, 2, 3], [4, 9, 9], [9, 9, 9]] and lengths.tolist() == [3, 1, 0]
     assert pad_rows([], pad=0)[0].shape == (0, 0)
+
+
+def test_estimated_cuts_are_the_regex_estimate(texts: list[str]) -> None:
+    from jingpai.reranker.service.measuring import TextMeasure, estimated_cuts
+
+    measure = TextMeasure.__new__(TextMeasure)  # the estimate needs no model
+    odd = [*texts, "abcdefghijklmno", "中文abc_def123456789 ,.!", "😀x😀", "a" * 13, "bad \ud800 text"]
+    for cap in (0, 1, 5, 64, 257, 1 << 30):
+        assert estimated_cuts(odd, cap=cap) == [measure._cut_of(*measure._estimated_capped(t, cap)) for t in odd], cap

@@ -8,6 +8,7 @@ skip padding, and a DF-LSTM cell depends only on cells with smaller indices.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
@@ -42,6 +43,24 @@ def joint_sides(attention_mask: torch.Tensor, sequence_ids: list[list[int | None
         width = max(len(r) for r in side)
         out[f"{name}_index"] = torch.tensor([r + [0] * (width - len(r)) for r in side])
         out[f"{name}_mask"] = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in side])
+    return out
+
+
+def side_positions(query_tokens: np.ndarray, doc_tokens: np.ndarray, doc_start: np.ndarray) -> dict[str, torch.Tensor]:
+    """:func:`joint_sides` from each row's side sizes: the query side is positions ``0 … query_tokens - 1``, the
+    document side ``doc_start …`` for ``doc_tokens`` positions (array operations, no per-row Python).
+
+    >>> sides = side_positions(np.array([3]), np.array([2]), np.array([3]))
+    >>> sides["query_index"].tolist(), sides["doc_index"].tolist(), sides["doc_mask"].tolist()
+    ([[0, 1, 2]], [[3, 4]], [[1, 1]])
+    """
+    out = {}
+    for name, count, start in (("query", query_tokens, np.zeros_like(query_tokens)), ("doc", doc_tokens, doc_start)):
+        width = int(count.max(initial=0))
+        steps = np.arange(width)[None, :]
+        inside = steps < count[:, None]
+        out[f"{name}_index"] = torch.from_numpy(np.where(inside, start[:, None] + steps, 0).astype(np.int64))
+        out[f"{name}_mask"] = torch.from_numpy(inside.astype(np.int64))
     return out
 
 
@@ -159,4 +178,4 @@ class DeepFusionLSTM(nn.Module):
         return u * g_mask.unsqueeze(-1), v * gd_mask.unsqueeze(-1)
 
 
-__all__ = ["BiLSTM", "DeepFusionLSTM", "PooledNorm", "co_attention", "joint_sides", "masked_softmax"]
+__all__ = ["BiLSTM", "DeepFusionLSTM", "PooledNorm", "co_attention", "joint_sides", "masked_softmax", "side_positions"]

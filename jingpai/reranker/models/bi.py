@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from jingpai.reranker.base import ModelLoadError, Pair, Reranker, RerankerConfig
+from jingpai.reranker.featurize import WordPieceIds, pad_rows, require_read
 from jingpai.reranker.models.cross import load_backbone, save_backbone
 from jingpai.reranker.models.use_bi import calibrated_loss, encode_texts, unique_texts
 
@@ -138,7 +139,7 @@ class BiEncoderReranker(Reranker):
 
     def featurize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         texts, q_index, d_index = unique_texts(pairs)
-        batch = self.featurize_tokens([ids for ids, _ in self.text_tokens(texts)])
+        batch = self.featurize_tokens([ids for ids, _ in self._token_rows(texts)])
         return {**batch, "q_index": q_index, "d_index": d_index}
 
     def cosines(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -165,31 +166,40 @@ class BiEncoderReranker(Reranker):
         self, texts: Sequence[str], *, max_length: int | None = None, cut: Literal["right", "left"] = "right",
     ) -> list[tuple[list[int], int]]:
         """Per text: ``[CLS] … [SEP]`` ids cut to ``max_length`` (default: the config's) from the ``cut`` side,
-        and the count before the cut — one batched call of the fast tokenizer."""
+        and the count before the cut — one batched read of the texts."""
+        return [(row.tolist(), n) for row, n in self._token_rows(texts, max_length=max_length, cut=cut, whole=True)]
+
+    def _token_rows(
+        self, texts: Sequence[str], *, max_length: int | None = None, cut: Literal["right", "left"] = "right", whole: bool = False,
+    ) -> list[tuple[np.ndarray, int]]:
+        """:meth:`text_tokens` as id arrays. BERT's WordPiece reads by array lookups, and without ``whole`` a
+        right cut reads only as far as it keeps (the count is then exact up to the cut only)."""
         cap = max_length or self.config.max_length
         if cap < 3:
             raise ValueError(f"max_length must be >= 3 ([CLS], one token, [SEP]), got {cap}")
-        ids = self.tokenizer(list(texts), add_special_tokens=False, truncation=False)["input_ids"]
         cls_id, sep_id = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
+        wp = WordPieceIds.create(self.tokenizer)
+        if wp is None:
+            rows = [np.asarray(r, dtype=np.int64) for r in self.tokenizer(list(texts), add_special_tokens=False, truncation=False)["input_ids"]]
+            counts = [len(r) for r in rows]
+        else:
+            reads = require_read(wp.encode(texts, cap=(1 << 30) if whole or cut == "left" else cap - 2), texts)
+            rows, counts = [r.ids for r in reads], [r.tokens for r in reads]
         out = []
-        for row in ids:
-            n = len(row) + 2
+        for row, count in zip(rows, counts, strict=True):
+            n = count + 2
             body = row if n <= cap else (row[: cap - 2] if cut == "right" else row[len(row) - cap + 2 :])
-            out.append(([cls_id, *body, sep_id], n))
+            out.append((np.concatenate([[cls_id], body, [sep_id]]).astype(np.int64), n))
         return out
 
     def featurize_tokens(self, ids: Sequence[Sequence[int]]) -> dict[str, torch.Tensor]:
         """Encoder inputs of texts given as :meth:`text_tokens` ids (padded right)."""
-        width = max((len(row) for row in ids), default=1)
         pad_id = self.tokenizer.pad_token_id or 0
-        input_ids = torch.full((len(ids), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(ids), width), dtype=torch.long)
-        for i, row in enumerate(ids):
-            input_ids[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-            mask[i, : len(row)] = 1
-        batch = {"input_ids": input_ids, "attention_mask": mask}
+        values, lengths = pad_rows(ids, pad=pad_id, width=max((len(row) for row in ids), default=1))
+        mask = (np.arange(values.shape[1])[None, :] < lengths[:, None]).astype(np.int64)
+        batch = {"input_ids": torch.from_numpy(values), "attention_mask": torch.from_numpy(mask)}
         if self._takes_types:
-            batch["token_type_ids"] = torch.zeros_like(input_ids)
+            batch["token_type_ids"] = torch.zeros_like(batch["input_ids"])
         return batch
 
     def embeddings(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:

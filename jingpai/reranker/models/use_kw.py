@@ -36,11 +36,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from jingpai.reranker.base import ModelLoadError, Pair, Reranker, RerankerConfig
+from jingpai.reranker.featurize import keyword_flags
 from jingpai.reranker.losses import in_window_loss
 from jingpai.reranker.models.cross import soft_targets
 from jingpai.reranker.models.kwbert import DICTIONARY_DIR, SIDE_A, SIDE_B, SPECIAL, keyword_attention_mask, resolve_dictionary
@@ -213,17 +215,38 @@ class UseKeywordReranker(Reranker):
         if dictionary is None:
             logger.warning("use-kw has no keyword dictionary: the keyword layer falls back to all pieces of each side")
             self._keyword_mask = lambda text: tuple([False] * len(self._piece_spans(text)))
+            self._text_keywords = lambda text: ()
+            self._flags = lambda text, pieces: None
             return
         from jingpai.keyword_dict import KeywordExtractor
 
         keywords = KeywordExtractor(dictionary, top_k=self.config.top_k_keywords)
 
-        @lru_cache(maxsize=200_000)  # training revisits every text once per epoch
+        @lru_cache(maxsize=200_000)  # training revisits every text once per epoch; a request's query is in every pair
+        def text_keywords(text: str) -> tuple[tuple[int, int], ...]:
+            return tuple(keywords.spans(text))
+
+        @lru_cache(maxsize=200_000)
         def keyword_mask(text: str) -> tuple[bool, ...]:
-            spans = keywords.spans(text)
+            spans = text_keywords(text)
             return tuple(any(s < e_kw and e > s_kw for s_kw, e_kw in spans) for _, s, e in self._piece_spans(text))
 
         self._keyword_mask = keyword_mask
+        self._text_keywords = text_keywords
+        # as keyword_mask, for what featurize reads of a text: training revisits it every epoch
+        self._flags = lru_cache(maxsize=200_000)(self._keyword_flags)
+
+    def _keyword_flags(self, text: str, pieces: int) -> np.ndarray | None:
+        """Whether each of the first ``pieces`` pieces of ``text`` overlaps a keyword (``None``: none does):
+        ``keyword_mask(text)[:pieces]``, walking only those pieces, the overlap test on arrays."""
+        spans = self._text_keywords(text)
+        if not spans or pieces <= 0:
+            return None
+        found = self.tokenizer.pieces(text, limit=pieces)
+        starts = np.fromiter((s for _, s, _ in found), dtype=np.int64, count=len(found))
+        ends = np.fromiter((e for _, _, e in found), dtype=np.int64, count=len(found))
+        flags = keyword_flags(spans, starts, ends, len(text))
+        return flags if flags.any() else None
 
     @lru_cache(maxsize=200_000)  # noqa: B019 - the model lives as long as its cache should
     def _piece_spans(self, text: str) -> list[tuple[str, int, int]]:
@@ -242,14 +265,17 @@ class UseKeywordReranker(Reranker):
         texts, q_index, d_index = unique_texts(pairs)
         encoded = self.tokenizer.encode(texts)
         ids, mask = pad(encoded)
-        keyword = torch.zeros_like(mask)
+        lengths = mask.sum(1)
+        rows = torch.arange(len(texts))
         special = torch.zeros_like(mask)
+        special[rows, 0] = True  # BOS
+        special[rows, (lengths - 1).clamp_min(0)] = True  # EOS
+        keyword = np.zeros(tuple(mask.shape), dtype=bool)
         for i, (text, seq) in enumerate(zip(texts, encoded, strict=True)):
-            special[i, 0] = special[i, len(seq) - 1] = True  # BOS, EOS
-            flags = self._keyword_mask(text)[: len(seq) - 2]
-            if any(flags):
-                keyword[i, 1 : 1 + len(flags)] = torch.tensor(flags)
-        return {"ids": ids, "mask": mask, "special": special, "keyword": keyword, "q_index": q_index, "d_index": d_index}
+            flags = self._flags(text, len(seq) - 2)
+            if flags is not None:
+                keyword[i, 1 : 1 + len(flags)] = flags
+        return {"ids": ids, "mask": mask, "special": special, "keyword": torch.from_numpy(keyword), "q_index": q_index, "d_index": d_index}
 
     def scores(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         logits, _, _ = self.net(**batch)

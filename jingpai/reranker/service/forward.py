@@ -36,6 +36,32 @@ DTYPES: dict[str, torch.dtype | None] = {"bf16": torch.bfloat16, "fp16": torch.f
 #: what a batch computes: ``score`` — one score per (query, document) pair; ``embed`` — one vector per text
 Task = Literal["score", "embed"]
 
+#: on a GPU a batch of token-id inputs is padded to a multiple of this many tokens, so a compiled or CUDA-graph
+#: forward pass sees few shapes (at most max_length / 32 widths instead of one per length)
+LENGTH_BUCKET = 32
+#: inputs :func:`bucketed` pads: the BERT-family pair inputs (other models' tensors keep their shapes)
+_TOKEN_INPUTS = {"input_ids": "pad", "token_type_ids": 0, "attention_mask": 0}
+
+
+def bucketed(features: dict[str, torch.Tensor], *, pad_id: int, multiple: int = LENGTH_BUCKET) -> dict[str, torch.Tensor]:
+    """``features`` right-padded to a width that is a multiple of ``multiple`` (masked positions: the model's
+    scores are those of the unpadded batch), where they are exactly BERT-family token inputs; else unchanged.
+    An all-ones mask left out (no padding) is put back when padding is added."""
+    ids = features.get("input_ids")
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or not set(features) <= set(_TOKEN_INPUTS):
+        return features
+    width = ids.shape[1]
+    target = -(-width // multiple) * multiple
+    if target == width or width == 0:
+        return features
+    out = dict(features)
+    if "attention_mask" not in out:
+        out["attention_mask"] = torch.ones_like(ids)
+    for name, tensor in out.items():
+        value = pad_id if _TOKEN_INPUTS[name] == "pad" else 0
+        out[name] = torch.nn.functional.pad(tensor, (0, target - width), value=value)
+    return out
+
 
 @dataclass(frozen=True)
 class Launched:
@@ -73,6 +99,10 @@ class ForwardPass:
         weights = next(iter(model.net.parameters()), None) if isinstance(model.net, torch.nn.Module) else None
         self.cast_inputs = self.autocast_dtype is not None and weights is not None and weights.dtype == self.autocast_dtype
         self._scores: ScoresFn = self._eager_scores
+        #: pad score batches to LENGTH_BUCKET widths (a GPU: few shapes for compiled / CUDA-graph kernels)
+        self.buckets = model.device.type == "cuda"
+        tokenizer = getattr(model, "tokenizer", None)
+        self.pad_id = int(getattr(tokenizer, "pad_token_id", None) or 0)
         self.compiled = False
         if compile:
             compiled = compile_scores(model, self._eager_scores)
@@ -106,6 +136,8 @@ class ForwardPass:
             self.metrics.failed_batches.inc()
             logger.warning("featurize failed for %d pairs: %s: %s", len(pairs), type(exc).__name__, exc)
             raise TokenizerError(f"the model could not read this request's input: {type(exc).__name__}: {exc}") from exc
+        if self.buckets and task == "score":
+            features = bucketed(features, pad_id=self.pad_id)
         try:
             with torch.inference_mode():
                 # only scoring is compiled; embedding runs eager in the same dtype
@@ -182,4 +214,4 @@ class ForwardPass:
         m.inference_seconds.observe(time.perf_counter() - launched.started)
 
 
-__all__ = ["DTYPES", "ForwardPass", "Launched", "Task"]
+__all__ = ["DTYPES", "LENGTH_BUCKET", "ForwardPass", "Launched", "Task", "bucketed"]

@@ -175,8 +175,10 @@ class RerankService:
         # a cut document must stay longer than the query whenever the whole one was: longest-first truncation
         # gives the odd token to the longer side, so otherwise the pair would differ from the uncut one
         # (past ``room`` tokens, or the query's length, a document's length changes nothing longest-first keeps of
-        # either side; a refused one is measured to max_length, for the error's exact size)
-        doc_cap = max(room if truncate else self.max_length, q_len + 1) if doc_tokens is None else min(doc_tokens, self.max_length)
+        # either side; a refused one is measured to max_length, for the error's exact size): only where the measure is
+        # the model's own pair cut (joined token ids); other models read each text to their own length
+        tight = truncate and self.measure.joins
+        doc_cap = max(room if tight else self.max_length, q_len + 1) if doc_tokens is None else min(doc_tokens, self.max_length)
         if chunks > 1:
             doc_cap = max(doc_cap, room + stride * (chunks - 1))
         return doc_cap if doc_tokens is None else min(doc_cap, doc_tokens)
