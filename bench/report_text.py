@@ -42,8 +42,10 @@ an epoch (8.5 min on 2 CPU cores) lifts nDCG@10 by {a14.bge-cross - a14.bm25:nDC
 QBQTC ({qbqtc.bge-zeroshot - qbqtc.bm25:nDCG@10}; fused with BM25 {qbqtc.bge-zeroshot.fused - qbqtc.bm25:nDCG@10}) and KUAKE-QTR
 ({kuake.bge-zeroshot - kuake.bm25:nDCG@3} nDCG@3). Fine-tuning is not automatic: the one-epoch QBQTC cross ({qbqtc.bge-cross:nDCG@10}) fell
 below the untrained cosine, and fusing the A14 cross with BM25 at the default weight 0.5 costs
-{a14.bge-cross.fused - a14.bge-cross:nDCG@10} — tune the engine weight on held-out training queries (`jingpai tune`). These are one-seed runs
-(issue 52 adds seeds and the engine protocol). On short-question matching (LCQMC, BQ, AFQMC) no bge model has been
+{a14.bge-cross.fused - a14.bge-cross:nDCG@10} — tune the engine weight on held-out training queries (`jingpai tune`). A14's cross is the mean of two
+seeds, and searched through the real gateway on OpenSearch and Elasticsearch (the report's engine rows: BM25 over all
+17,348 passages, the window of 100 reranked by `jingpai serve`) it gives the same gain on both engines; QBQTC and
+KUAKE-QTR are one-seed reorderings of the judged lists. On short-question matching (LCQMC, BQ, AFQMC) no bge model has been
 measured yet; the best are USE-multilingual models: `zh-gpu-pwkw` (keyword-attentive interaction, trained on a GPU)
 and the CPU-trained `zh-esim-win` on LCQMC (P@1 {lcqmc.zh-gpu-pwkw - lcqmc.augmented:P@1} / {lcqmc.zh-esim-win - lcqmc.augmented:P@1} over augmented BM25), the
 bi-encoder `zh-gpu-emb` on BQ and AFQMC's BM25 window (P@10 {afqmc.zh-gpu-emb - afqmc.augmented:P@10} on AFQMC), and on AFQMC and BQ
@@ -171,8 +173,8 @@ LABELS = """## 6. What the labels can and cannot show
 **Reading.** On the question sets most "misses" at rank 1 are correct questions nobody paired with the query: a
 ranker that prefers a labelled paraphrase over an unlabelled one scores higher without being better. So read P@10 and
 hit@20 on BQ and AFQMC, treat P@1 differences under ≈ 0.01 as ties, and trust the judged sets (A14, QBQTC, KUAKE-QTR),
-whose judged pools the metrics are restricted to, for graded quality. Gains on one seed (A14, QBQTC, KUAKE-QTR) await
-the 3-seed runs of issue 52.
+whose judged pools the metrics are restricted to, for graded quality. A14's cross-encoder rows are the mean of two
+seeds; QBQTC's and KUAKE-QTR's are one seed.
 """
 
 SECTIONS: tuple[str, ...] = (WHICH_RERANKER, DICTIONARY, HYBRID, PAPERS, SPEED, LABELS)

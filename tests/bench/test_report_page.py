@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from bench import report_page
 from bench.__main__ import bench
 from bench.eval_common import AUGMENTED_BM25, RAW_BM25, REPO, Row, Table
-from bench.report_records import TABLES_DIR, RecordError, current, load_records, records_from_tables, save_imported
+from bench.report_records import IMPORTED_FILE, TABLES_DIR, RecordError, current, load_records, records_from_tables, save_imported
 
 HISTORY = REPO / "docs" / "results" / "history.md"
 SUMMARY = REPO / "docs" / "results" / "summary.json"
@@ -169,11 +169,17 @@ def test_placeholders_quote_values_differences_and_spreads() -> None:
 def test_page_only_renders_a_new_record_and_check_sees_drift(tmp_path: Path) -> None:
     """What the lead does to add the 3-seed A14 row: one record in a tables file, then ``--page-only``."""
     tables = tmp_path / "tables"
-    shutil.copytree(TABLES_DIR, tables)
+    # the hand-kept records only: a full run's imported engine rows (another BM25 baseline) would change the numbers below
+    shutil.copytree(TABLES_DIR, tables, ignore=shutil.ignore_patterns(IMPORTED_FILE))
     readme = tmp_path / "README.md"
     readme.write_text("# x\n\nintro\n\n## Quick start\n\nrun it\n", encoding="utf-8")
     page = tmp_path / "docs" / "RESULTS.md"
-    three = record("a14.bge-cross.3seeds", "rerank", 0.0, model="a14-bge-cross", seeds=3, supersedes="a14.bge-cross",
+    # the new record replaces the A14 cross row that is current now (the head of a14.bge-cross's supersedes chain)
+    successor = {r["supersedes"]: r["id"] for r in load_records(tables) if r.get("supersedes")}
+    head = "a14.bge-cross"
+    while head in successor:
+        head = successor[head]
+    three = record("a14.bge-cross.3seeds", "rerank", 0.0, model="a14-bge-cross", seeds=3, supersedes=head,
                    system="cross on bge-small-zh, 3 seeds", metrics={"nDCG@10": {"mean": 0.9012, "std": 0.004, "n": 3}, "MAP": 0.87},
                    command="python -m bench report --sections judged --only judged.a14.reorder.a14-bge-cross")
     write_tables(tables, [three], name="judged-3seeds.json")
@@ -218,9 +224,10 @@ def test_plots_are_drawn_from_the_records(tmp_path: Path) -> None:
     assert [p.name for p in written] == ["gain.png", "tradeoff.png", "throughput.png"]
     assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in written)
     gains = dict((label, gain) for label, gain, _ in gain_points(records))
-    assert gains["A14 stock news (nDCG@10)"] == pytest.approx(0.881 - 0.681)
+    a14 = next(row for row in report_page.headline(records) if row["dataset"] == "a14")  # the gain the headline prints
+    assert gains["A14 stock news (nDCG@10)"] == pytest.approx(a14["gain"], abs=1e-6)
     trade = {label.split(" — ")[0]: (ms, gain) for label, ms, gain in tradeoff_points(records)}
-    assert trade["cross on bge-small-zh"] == (650.0, pytest.approx(0.2))
+    assert trade["cross on bge-small-zh"][0] == 650.0 and 0.1 < trade["cross on bge-small-zh"][1] < a14["gain"] + 1e-9
     series = throughput_points(records)
     gpu = next(v for k, v in series.items() if k.startswith("cuda"))
     assert [p for p, _ in gpu] == sorted(p for p, _ in gpu) and gpu[-1] == (1600, 3233.0)
