@@ -12,6 +12,7 @@ import click
 from jingpai.commands.base import JingpaiGroup
 from jingpai.commands.options import SHARED_ENGINE_ENV
 from jingpai.commands.pipeline import pipeline_cmd
+from jingpai.commands.retriever import retriever_cmd
 from jingpai.plugin.settings import ENV_PREFIX
 
 if TYPE_CHECKING:
@@ -44,10 +45,12 @@ def _install(install: Any, engine: str, settings: NativeSettings) -> None:
 
 @click.group("plugin", cls=JingpaiGroup)
 def plugin_group() -> None:
-    """Engine integrations (no gateway): the jingpai OpenSearch plugin's pipeline, ML Commons, ES inference."""
+    """Engine integrations (no gateway): the jingpai OpenSearch plugin's pipeline, the jingpai Elasticsearch plugin's retriever,
+    ML Commons, ES inference."""
 
 
 plugin_group.add_command(pipeline_cmd)
+plugin_group.add_command(retriever_cmd)
 
 
 @plugin_group.command("opensearch-pipeline")

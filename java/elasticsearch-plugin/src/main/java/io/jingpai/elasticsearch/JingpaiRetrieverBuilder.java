@@ -142,7 +142,11 @@ public final class JingpaiRetrieverBuilder extends CompoundRetrieverBuilder<Jing
                 }
             }
         }
-        request = new Request(source.from() < 0 ? 0 : source.from(), source.size() < 0 ? 10 : source.size(), overrides,
+        if (source.size() < 0) {
+            // a compound retriever's page is otherwise its rank window: a search without size gets 10 hits, as a plain one
+            source.size(10);
+        }
+        request = new Request(source.from() < 0 ? 0 : source.from(), source.size(), overrides,
             source.aggregations() != null);
         return e;
     }
@@ -272,6 +276,8 @@ public final class JingpaiRetrieverBuilder extends CompoundRetrieverBuilder<Jing
 
     @Override
     protected SearchSourceBuilder finalizeSourceBuilder(SearchSourceBuilder source) {
+        // sorted by [_score, _shard_doc]: without track_scores the hits carry no score, and the engine's are fused
+        source.trackScores(true);
         source.rankBuilder(new JingpaiRankBuilder(rankWindowSize, settings, plan, augment));
         return source;
     }
