@@ -204,8 +204,10 @@ def rerankers_markdown(records: list[dict[str, Any]]) -> str:
     out = ["| data set | metric | ranker | value | vs first stage | seeds | record |", "|---|---|---|---|---|---|---|"]
     for key in CHINESE:
         ds = metric_of[key]
-        mine = [r for r in now if r["dataset"] == key and ds.metric in r["metrics"] and r.get("headline", True)]
-        base = _latest([r for r in mine if r["role"] == "augmented"]) or _latest([r for r in mine if r["role"] == "bm25"])
+        mine = [r for r in now if r["dataset"] == key and ds.metric in r["metrics"]]
+        # the first stage as the headline's; a rerank row kept out of the headline (``"headline": false``) still shows here
+        base = _latest([r for r in mine if r["role"] == "augmented" and r.get("headline", True)]) or \
+            _latest([r for r in mine if r["role"] == "bm25" and r.get("headline", True)])
         ranked = sorted((r for r in mine if r["role"] in ("rerank", "hybrid+rerank")), key=lambda r: -value(r["metrics"][ds.metric]))
         for j, r in enumerate([base, *ranked] if base else ranked):
             v = value(r["metrics"][ds.metric])
