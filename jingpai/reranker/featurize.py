@@ -1,3 +1,4 @@
+# long: WordPieceIds and its character tables are one concept (exact Rust-tokenizer ids by array lookups); split it when it grows
 """Host-side featurizing helpers shared by the rerankers: text → token ids without per-token Python.
 
 The Rust tokenizer of a BERT-family model costs about 2.5 µs of CPU time per token on a 2-core CPU (it
@@ -217,6 +218,7 @@ class WordPieceIds:
                 out[i] = read
         return out
 
+    # long: the one vectorised pass over a request's prefixes; its steps share the arrays they build
     def _encode_prefixes(self, texts: Sequence[str], todo: list[int], chars: dict[int, int], cap: int, offsets: bool,
                          out: list[TextIds | None], rust: list[int]) -> list[int]:
         """Encode ``texts[todo]`` from their first ``chars[i]`` characters; returns those whose prefix held too

@@ -1,3 +1,4 @@
+# long: the paper's pipeline (separate/joint encoding, context, co-attention, decoder, scoring) and its featurizing in one architecture file, as the registry wants
 """``bertca``: BERT + co-attention entity/document relevance (bertca-news-entity-relevance.zh.txt §4; MODEL_NOTES §2).
 
 Pipeline, per the paper:
