@@ -176,12 +176,33 @@ def _pairs(resp: dict) -> list[tuple[str, float]]:
     return [(h["_id"], h["_score"]) for h in resp["hits"]["hits"]]
 
 
+def _tie_groups(resp: dict) -> list[tuple[float, set[str]]]:
+    """The page's hits as runs of equal scores (to 1e-6), each with its set of ids, in page order."""
+    groups: list[tuple[float, set[str]]] = []
+    for h in resp["hits"]["hits"]:
+        if groups and abs(groups[-1][0] - h["_score"]) <= 1e-6:
+            groups[-1][1].add(h["_id"])
+        else:
+            groups.append((h["_score"], {h["_id"]}))
+    return groups
+
+
 def _assert_same_hits(mine: dict, gateway: dict, what: str) -> None:
-    assert ids(mine) == ids(gateway), f"{what}: {_pairs(mine)} != the gateway's {_pairs(gateway)}"
+    # hits of exactly equal fused score (rrf gives ties) may come in either order: the engine's sort breaks them by
+    # shard and Lucene doc, the gateway by its stable sort (docs/elasticsearch-plugin.md, "Not yet"); a tie cut by the
+    # page's end may hold different members, so the last run is compared by size only
+    left, right = _tie_groups(mine), _tie_groups(gateway)
+    shown = f"{what}: {_pairs(mine)} != the gateway's {_pairs(gateway)}"
+    assert len(left) == len(right) and [g for _, g in left[:-1]] == [g for _, g in right[:-1]], shown
+    assert len(left[-1][1]) == len(right[-1][1]), shown
+    if len(left[-1][1]) == 1:
+        assert left[-1][1] == right[-1][1], shown
     assert ids(mine), what
+    refs = {h["_id"]: h for h in gateway["hits"]["hits"]}
     for hit, ref in zip(mine["hits"]["hits"], gateway["hits"]["hits"]):
         assert hit["_score"] == pytest.approx(ref["_score"], rel=0, abs=1e-5), f"{what}: {hit['_id']}"
-        assert hit["_source"] == ref["_source"], f"{what}: {hit['_id']}"
+        if hit["_id"] in refs:
+            assert hit["_source"] == refs[hit["_id"]]["_source"], f"{what}: {hit['_id']}"
 
 
 def test_the_node_loads_the_plugin_on_the_basic_licence(node: Engine) -> None:
