@@ -2,6 +2,7 @@ package io.jingpai.opensearch;
 
 import io.jingpai.core.QueryRewriter;
 import io.jingpai.core.Segmenter;
+import io.jingpai.core.Vectors;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 
 import java.util.ArrayList;

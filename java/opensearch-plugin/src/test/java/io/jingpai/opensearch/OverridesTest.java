@@ -5,6 +5,7 @@ import io.jingpai.core.CircuitBreaker;
 import io.jingpai.core.Fusion;
 import io.jingpai.core.RerankSlots;
 import io.jingpai.core.Overrides;
+import io.jingpai.core.Vectors;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertNull;

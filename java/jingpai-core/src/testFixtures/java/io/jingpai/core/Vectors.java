@@ -9,19 +9,22 @@ import java.nio.file.Path;
 import java.util.List;
 import java.util.Map;
 
-/** The shared vectors of tests/vectors (written by tests/plugin/test_shared_vectors.py from the Python code). */
-final class Vectors {
-    static final double TOLERANCE = 1e-6;
+/**
+ * The shared vectors of tests/vectors (written by tests/plugin/test_shared_vectors.py from the Python code), read by
+ * the tests of java/jingpai-core and of both plugins (their poms add this folder as a test source: one copy).
+ */
+public final class Vectors {
+    public static final double TOLERANCE = 1e-6;
 
     private Vectors() {}
 
-    static Map<String, Object> read(String name) throws Exception {
+    public static Map<String, Object> read(String name) throws Exception {
         Path dir = Path.of(System.getProperty("jingpai.vectors", "../../tests/vectors"));
         return RerankClient.parseMap(Files.readAllBytes(dir.resolve(name)));
     }
 
     /** Equal JSON, numbers within 1e-6 (an int and a double of the same value are equal). */
-    static void assertJson(Object expected, Object actual, String path) {
+    public static void assertJson(Object expected, Object actual, String path) {
         if (expected instanceof Number e) {
             if (!(actual instanceof Number a)) {
                 fail(path + ": expected " + expected + ", got " + actual);
@@ -47,15 +50,15 @@ final class Vectors {
         }
     }
 
-    static double[] doubles(Object list) {
+    public static double[] doubles(Object list) {
         return ((List<?>) list).stream().mapToDouble(v -> ((Number) v).doubleValue()).toArray();
     }
 
-    static Double[] nullableDoubles(Object list) {
+    public static Double[] nullableDoubles(Object list) {
         return ((List<?>) list).stream().map(v -> v == null ? null : ((Number) v).doubleValue()).toArray(Double[]::new);
     }
 
-    static Fusion fusion(Object spec) {
+    public static Fusion fusion(Object spec) {
         Map<?, ?> m = (Map<?, ?>) spec;
         double weight = m.get("weight") == null ? 0.5 : ((Number) m.get("weight")).doubleValue();
         int k = m.get("rrf_k") == null ? 60 : ((Number) m.get("rrf_k")).intValue();
