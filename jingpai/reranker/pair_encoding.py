@@ -5,7 +5,7 @@ a caller already has (:meth:`PairEncoder.join` of each side's encoding). The rer
 text with the tokenizer before it batches, so it joins those encodings instead of tokenizing twice.
 Both end in :meth:`PairEncoder.tensors`, so the model sees the same tensors either way.
 
-For BERT's WordPiece tokenizers (:class:`~jingpai.reranker.featurize.WordPieceIds`) text goes in without the
+For BERT's WordPiece tokenizers (:class:`~jingpai.reranker.wordpiece.WordPieceIds`) text goes in without the
 Rust tokenizer's per-token objects: each side's ids come from array lookups (a document's only as far as the
 cut can reach), the cut is :func:`longest_first` on whole arrays, and the pair template is replayed on
 ids for the whole batch at once (:meth:`PairEncoder.pack`).
@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from jingpai.reranker.base import Pair
-from jingpai.reranker.featurize import TextIds, WordPieceIds, require_read, rust_ids
+from jingpai.reranker.featurize import TextIds, require_read, rust_ids
+from jingpai.reranker.wordpiece import WordPieceIds
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ class PairEncoder:
 
     @property
     def reads_ids(self) -> bool:
-        """Whether text is read by array lookups (:class:`~jingpai.reranker.featurize.WordPieceIds`), not the Rust tokenizer."""
+        """Whether text is read by array lookups (:class:`~jingpai.reranker.wordpiece.WordPieceIds`), not the Rust tokenizer."""
         return self._wp is not None and self.templated
 
     def side_ids(self, texts: Sequence[str], *, cap: int, offsets: bool = False) -> list[TextIds]:

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from jingpai.reranker.featurize import WordPieceIds, pad_rows, require_read, rust_ids
+from jingpai.reranker.featurize import pad_rows, require_read, rust_ids
 from jingpai.reranker.pair_encoding import longest_first, longest_first_arrays
+from jingpai.reranker.wordpiece import WordPieceIds
 
 from .conftest import sample_texts
 

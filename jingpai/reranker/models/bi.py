@@ -34,7 +34,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from jingpai.reranker.base import ModelLoadError, Pair, Reranker, RerankerConfig
-from jingpai.reranker.featurize import WordPieceIds, pad_rows, require_read
+from jingpai.reranker.featurize import pad_rows, require_read
+from jingpai.reranker.wordpiece import WordPieceIds
 from jingpai.reranker.models.cross import load_backbone, save_backbone
 from jingpai.reranker.models.use_bi import calibrated_loss, encode_texts, unique_texts
 

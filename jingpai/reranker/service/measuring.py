@@ -20,8 +20,8 @@ import torch
 
 from jingpai.cjk import HAN_CLASS
 from jingpai.reranker.base import Pair, Reranker
-from jingpai.reranker.featurize import WordPieceIds
 from jingpai.reranker.pair_encoding import PairEncoder, longest_first
+from jingpai.reranker.wordpiece import WordPieceIds
 
 logger = logging.getLogger(__name__)
 
