@@ -1,4 +1,3 @@
-# long: the paper's pipeline (separate/joint encoding, context, co-attention, decoder, scoring) and its featurizing in one architecture file, as the registry wants
 """``bertca``: BERT + co-attention entity/document relevance (bertca-news-entity-relevance.zh.txt §4; MODEL_NOTES §2).
 
 Pipeline, per the paper:
@@ -19,7 +18,8 @@ Pipeline, per the paper:
    per slice for the tensor layer) → MLP (128, 32, tanh) → linear → ``levels`` logits.
 
 Labels are ``levels`` relevance levels (3 by default: 0 none, 1 weak, 2 strong); the score is the
-expected level scaled to [0, 1], and :meth:`BertCAReranker.predict_proba` gives the class probabilities.
+expected level scaled to [0, 1], and :meth:`BertCAReranker.predict_proba` gives the class probabilities. The inputs
+(each side alone, or the pair together and split back) are built in :mod:`jingpai.reranker.models.bertca_inputs`.
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ from torch import nn
 
 from jingpai.errors import UserError
 from jingpai.reranker.base import ModelLoadError, Pair, Reranker, RerankerConfig
-from jingpai.reranker.models.bertca_layers import BiLSTM, DeepFusionLSTM, PooledNorm, co_attention, joint_sides, masked_softmax, side_positions
+from jingpai.reranker.models.bertca_inputs import BertCAInputs
+from jingpai.reranker.models.bertca_layers import BiLSTM, DeepFusionLSTM, PooledNorm, co_attention, masked_softmax
 from jingpai.reranker.models.cross import load_backbone, save_backbone
-from jingpai.reranker.pair_encoding import PairEncoder
 
 logger = logging.getLogger(__name__)
 
@@ -242,7 +242,7 @@ class BertCANet(nn.Module):
         return self.match(h, query_attention_mask, hd, doc_attention_mask)
 
 
-class BertCAReranker(Reranker):
+class BertCAReranker(BertCAInputs, Reranker):
     """BERTCA: separately encoded query/entity and document, co-attention, fused decoding, K-max scoring.
 
     Args:
@@ -265,52 +265,6 @@ class BertCAReranker(Reranker):
         self.config: BertCAConfig = config
         self.tokenizer, backbone = load_backbone(config.base, assets, architecture=self.name)
         self.net = BertCANet(backbone, config).to(self.device)
-
-    # ------------------------------------------------------------------ tensors
-
-    def _tokenize(self, texts: Sequence[str], max_length: int, prefix: str) -> dict[str, torch.Tensor]:
-        fast = self._pair_encoder().single_tensors(texts, max_length=max_length)
-        if fast is not None:
-            return {f"{prefix}_input_ids": fast["input_ids"], f"{prefix}_attention_mask": fast["attention_mask"]}
-        enc = self.tokenizer(list(texts), padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-        return {f"{prefix}_input_ids": enc["input_ids"], f"{prefix}_attention_mask": enc["attention_mask"]}
-
-    def _pair_encoder(self) -> PairEncoder:
-        encoder = getattr(self, "_encoder", None)
-        if encoder is None or encoder.source is not self.tokenizer:
-            encoder = self._encoder = PairEncoder(self.tokenizer)
-        return encoder
-
-    def featurize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
-        if self.config.encoding == "joint":
-            return self._featurize_joint(pairs)
-        return {
-            **self._tokenize([q for q, _ in pairs], self.config.query_max_length, "query"),
-            **self._tokenize([d for _, d in pairs], self.config.max_length, "doc"),
-        }
-
-    def _featurize_joint(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
-        encoder = self._pair_encoder()
-        max_length = self.config.query_max_length + self.config.max_length
-        cut = encoder.cut_sides(pairs, max_length=max_length) if encoder.reads_ids else None
-        if cut is None:
-            return self._featurize_joint_by_tokenizer(pairs)
-        queries, docs, q_keep, d_keep = cut
-        enc = encoder.packed_tensors(queries, docs, q_keep, d_keep)
-        template = encoder._learned_template()
-        assert template is not None
-        n_pre, n_mid, n_post = len(template.pre[0]), len(template.mid[0]), len(template.post[0])
-        lengths = q_keep + d_keep + (n_pre + n_mid + n_post)
-        # the query side ends where the first document token is (the last real token for an empty document)
-        first_doc = np.where(d_keep > 0, n_pre + q_keep + n_mid, lengths - 1)
-        batch = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
-        return {**batch, **side_positions(first_doc, lengths - first_doc, first_doc)}
-
-    def _featurize_joint_by_tokenizer(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
-        enc = self.tokenizer([q for q, _ in pairs], [d for _, d in pairs], padding=True, truncation="longest_first",
-                             max_length=self.config.query_max_length + self.config.max_length, return_tensors="pt")
-        batch = {k: enc[k] for k in ("input_ids", "attention_mask", "token_type_ids") if k in enc}
-        return {**batch, **joint_sides(enc["attention_mask"], [enc.sequence_ids(i) for i in range(len(pairs))])}
 
     def logits(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.config.encoding == "joint":

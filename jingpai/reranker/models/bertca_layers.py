@@ -1,6 +1,6 @@
 """The layers of ``bertca`` (:mod:`jingpai.reranker.models.bertca`): masked co-attention between entity and
-document states, a packed BiLSTM and the Deep-Fusion LSTMs decoder (Liu et al. 2016), and the split of a jointly
-encoded pair into its two sides.
+document states, a packed BiLSTM and the Deep-Fusion LSTMs decoder (Liu et al. 2016). Its inputs (and the split of
+a jointly encoded pair into its two sides) are built in :mod:`jingpai.reranker.models.bertca_inputs`.
 
 Padding never leaks into real positions: masked keys get exactly zero attention weight, packed LSTMs
 skip padding, and a DF-LSTM cell depends only on cells with smaller indices.
@@ -8,7 +8,6 @@ skip padding, and a DF-LSTM cell depends only on cells with smaller indices.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
@@ -18,50 +17,6 @@ def masked_softmax(logits: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> t
     """Softmax over ``dim`` where ``mask`` is False gets exactly 0 weight (all-masked rows give 0)."""
     logits = logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
     return logits.softmax(dim=dim) * mask
-
-
-def joint_sides(attention_mask: torch.Tensor, sequence_ids: list[list[int | None]]) -> dict[str, torch.Tensor]:
-    """Where the query and the document sit in jointly encoded pairs ``[CLS] q [SEP] d [SEP]`` (right padding).
-
-    ``sequence_ids`` are the tokenizer's per row (0 query, 1 document, ``None`` special). The query side keeps
-    [CLS] and the [SEP] after it, the document side its closing [SEP] (an empty document: only that), as the
-    separate encodings each keep their own special tokens. Returns ``query_index``/``query_mask`` and
-    ``doc_index``/``doc_mask``: each side's positions, left-aligned and zero-padded, for ``gather``.
-
-    >>> sides = joint_sides(torch.tensor([[1, 1, 1, 1, 1, 0]]), [[None, 0, None, 1, None, None]])
-    >>> sides["query_index"].tolist(), sides["doc_index"].tolist(), sides["doc_mask"].tolist()
-    ([[0, 1, 2]], [[3, 4]], [[1, 1]])
-    """
-    rows: dict[str, list[list[int]]] = {"query": [], "doc": []}
-    for real, sequence in zip(attention_mask.bool(), sequence_ids, strict=True):
-        positions = real.nonzero().flatten().tolist()
-        first_doc = next((j for j in positions if sequence[j] == 1), positions[-1])
-        rows["query"].append([j for j in positions if j < first_doc])
-        rows["doc"].append([j for j in positions if j >= first_doc])
-    out = {}
-    for name, side in rows.items():
-        width = max(len(r) for r in side)
-        out[f"{name}_index"] = torch.tensor([r + [0] * (width - len(r)) for r in side])
-        out[f"{name}_mask"] = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in side])
-    return out
-
-
-def side_positions(query_tokens: np.ndarray, doc_tokens: np.ndarray, doc_start: np.ndarray) -> dict[str, torch.Tensor]:
-    """:func:`joint_sides` from each row's side sizes: the query side is positions ``0 … query_tokens - 1``, the
-    document side ``doc_start …`` for ``doc_tokens`` positions (array operations, no per-row Python).
-
-    >>> sides = side_positions(np.array([3]), np.array([2]), np.array([3]))
-    >>> sides["query_index"].tolist(), sides["doc_index"].tolist(), sides["doc_mask"].tolist()
-    ([[0, 1, 2]], [[3, 4]], [[1, 1]])
-    """
-    out = {}
-    for name, count, start in (("query", query_tokens, np.zeros_like(query_tokens)), ("doc", doc_tokens, doc_start)):
-        width = int(count.max(initial=0))
-        steps = np.arange(width)[None, :]
-        inside = steps < count[:, None]
-        out[f"{name}_index"] = torch.from_numpy(np.where(inside, start[:, None] + steps, 0).astype(np.int64))
-        out[f"{name}_mask"] = torch.from_numpy(inside.astype(np.int64))
-    return out
 
 
 def co_attention(
@@ -178,4 +133,4 @@ class DeepFusionLSTM(nn.Module):
         return u * g_mask.unsqueeze(-1), v * gd_mask.unsqueeze(-1)
 
 
-__all__ = ["BiLSTM", "DeepFusionLSTM", "PooledNorm", "co_attention", "joint_sides", "masked_softmax", "side_positions"]
+__all__ = ["BiLSTM", "DeepFusionLSTM", "PooledNorm", "co_attention", "masked_softmax"]

@@ -33,9 +33,9 @@ import torch
 from torch import nn
 
 from jingpai.reranker.base import ModelLoadError, Pair, Reranker, RerankerConfig
-from jingpai.reranker.models.cross import load_backbone, save_backbone, soft_targets
 from jingpai.reranker.featurize import keyword_flags
-from jingpai.reranker.pair_encoding import PairEncoder
+from jingpai.reranker.models.cross import load_backbone, save_backbone, soft_targets
+from jingpai.reranker.packed_pairs import pack_pairs, pair_encoder
 
 if TYPE_CHECKING:
     from jingpai.keyword_dict import Dictionary
@@ -286,54 +286,30 @@ class KeywordBertReranker(Reranker):
     def _keyword_spans(self, text: str) -> tuple[tuple[int, int], ...]:
         return self._cached_spans(text)
 
-    def _pair_encoder(self) -> PairEncoder:
-        encoder = getattr(self, "_encoder", None)
-        if encoder is None or encoder.source is not self.tokenizer:
-            encoder = self._encoder = PairEncoder(self.tokenizer)
-        return encoder
-
     def featurize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         """Pair inputs plus ``side`` (token roles) and ``keyword`` (token inside a keyword of its side).
 
-        Each side is read once (:meth:`PairEncoder.cut_sides`: a query shared by the pairs once, a document only
-        as far as the cut reaches), the template and the roles are laid out for the whole batch at once, and a
-        token's keyword flag is a prefix-sum lookup over its text's keyword characters. Tokenizers without a
+        Each side is read once (:func:`~jingpai.reranker.packed_pairs.pack_pairs`: a query shared by the pairs once, a
+        document only as far as the cut reaches), the template and the roles are laid out for the whole batch at once,
+        and a token's keyword flag is a prefix-sum lookup over its text's keyword characters. Tokenizers without a
         learned pair template take :meth:`featurize_by_tokenizer`, the same tensors from the tokenizer's call.
         """
-        encoder = self._pair_encoder()
-        cut = encoder.cut_sides(pairs, max_length=self.config.max_length, offsets=True) if encoder.reads_ids else None
-        if cut is None:
+        packed = pack_pairs(pair_encoder(self), pairs, max_length=self.config.max_length, offsets=True)
+        if packed is None:
             return self.featurize_by_tokenizer(pairs)
-        queries, docs, q_keep, d_keep = cut
-        batch = encoder.packed_tensors(queries, docs, q_keep, d_keep)
-        template = encoder._learned_template()
-        assert template is not None
-        n_pre, n_mid, n_post = len(template.pre[0]), len(template.mid[0]), len(template.post[0])
-        width = batch["input_ids"].shape[1]
-        lengths = q_keep + d_keep + (n_pre + n_mid + n_post)
-        inside = np.arange(width)[None, :] < lengths[:, None]
-        # roles: one segment per template token (special), then each side's tokens
-        seg_side = np.array([SPECIAL] * n_pre + [SIDE_A] + [SPECIAL] * n_mid + [SIDE_B] + [SPECIAL] * n_post, dtype=np.int64)
-        seg_lens = np.ones((len(pairs), len(seg_side)), dtype=np.int64)
-        seg_lens[:, n_pre], seg_lens[:, n_pre + 1 + n_mid] = q_keep, d_keep
-        side = np.zeros((len(pairs), width), dtype=np.int64)
-        side[inside] = np.repeat(np.tile(seg_side, len(pairs)), seg_lens.ravel())
         flags: dict[int, np.ndarray] = {}  # per distinct read (a shared query once)
         no_keywords = 0
-        pieces: list[np.ndarray] = []
-        pre, mid, post = np.zeros(n_pre, dtype=bool), np.zeros(n_mid, dtype=bool), np.zeros(n_post, dtype=bool)
-        for (query, doc), q, d, qk, dk in zip(pairs, queries, docs, q_keep.tolist(), d_keep.tolist(), strict=True):
+        for (query, doc), q, d in zip(pairs, packed.queries, packed.docs, strict=True):
             for text, read in ((query, q), (doc, d)):
+                spans = self._keyword_spans(text)
                 if id(read) not in flags:
-                    spans = self._keyword_spans(text)
                     flags[id(read)] = keyword_flags(spans, read.starts, read.ends, len(text))
-                no_keywords += not self._keyword_spans(text)
-            pieces += (pre, flags[id(q)][:qk], mid, flags[id(d)][:dk], post)
-        keyword = np.zeros((len(pairs), width), dtype=bool)
-        keyword[inside] = np.concatenate(pieces) if pieces else np.zeros(0, dtype=bool)
+                no_keywords += not spans
+        keyword = packed.side_flags([flags[id(q)] for q in packed.queries], [flags[id(d)] for d in packed.docs])
         if no_keywords and self.dictionary is not None:
             logger.debug("%d of %d texts have no keyword: their tokens all take part in keyword attention", no_keywords, 2 * len(pairs))
-        return {**batch, "side": torch.from_numpy(side), "keyword": torch.from_numpy(keyword)}
+        side = packed.roles(template=SPECIAL, query=SIDE_A, doc=SIDE_B)
+        return {**packed.tensors, "side": torch.from_numpy(side), "keyword": torch.from_numpy(keyword)}
 
     def featurize_by_tokenizer(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         """:meth:`featurize` through the ``transformers`` tokenizer's own pair call, token by token (any fast
