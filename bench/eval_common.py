@@ -460,6 +460,22 @@ def zh_bq_dictionary(settings: ReportSettings) -> Path:
     return _zh_domain_dictionary(settings, out, "bq", questions)
 
 
+def a14_dictionary(settings: ReportSettings) -> Path:
+    """The A14 keyword models' dictionary: new words over every A14 passage (the corpus all its splits share; no
+    judgment or company list is read) as the domain ``a14`` against THUCNews part 1's titles, built with ``jingpai
+    dict build`` exactly as docs/models.md shows. It knows 59 of the 60 dev short names as words, found unsupervised."""
+    out = settings.work_dir / "dict-zh-a14"
+    if (out / "meta.json").exists():
+        return out
+    titles = data_path("zh", "thucnews_titles")
+    jingpai_cli(
+        "dict", "build", "--domain", f"a14={data_path('zh', 'a14_stock_news', 'articles.jsonl')}", "--text-field", "text",
+        "--labelled", str(titles / "part1.tsv"), "--label-column", "1", "--text-column", "0",
+        "--label-names", str(titles / "classes.txt"), "--out", str(out),
+    )
+    return out
+
+
 def en_dictionary(settings: ReportSettings) -> Path:
     """An English dictionary from the TrecQA/WikiQA training questions+answers and the Microblog tweets
     (three domains), built with ``jingpai dict build``; used by ``kwbert`` on the English sets."""

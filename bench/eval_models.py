@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.eval_common import ReportError, ReportSettings, data_path, en_dictionary, torch_device, zh_dictionary
+from bench.eval_common import ReportError, ReportSettings, a14_dictionary, data_path, en_dictionary, torch_device, zh_dictionary
 
 logger = logging.getLogger(__name__)
 
@@ -55,6 +55,10 @@ def bge_small_zh_dir() -> Path:
         raise ReportError(f"the bge-small-zh recipes need the converted backbone: {exc}") from exc
 
 
+#: the keyword dictionaries a recipe's ``dictionary`` names, each built (once, under the work folder) by its function
+DICTIONARIES: dict[str, Callable[[ReportSettings], Path]] = {"en": en_dictionary, "zh": zh_dictionary, "a14": a14_dictionary}
+
+
 @dataclass(frozen=True)
 class Recipe:
     """How one reported model is made.
@@ -64,7 +68,7 @@ class Recipe:
         train: training data, ``(path parts, label_mode)`` per file (read with :func:`read_pairs`).
         dev: dev data for early stopping (``None``: keep the last model).
         base: ``minilm`` | ``use`` | ``bge-small-zh`` | ``tiny-zh`` | ``None`` (word models).
-        dictionary: ``en`` | ``zh`` | ``None`` (kwbert keywords).
+        dictionary: a key of :data:`DICTIONARIES` (``en``, ``zh``, ``a14``) or ``None`` (kwbert / use-kw keywords).
         config: architecture config overrides.
         train_settings: :class:`TrainSettings` overrides for full mode.
         quick_settings: overrides applied on top in quick mode.
@@ -375,8 +379,33 @@ def _judged_recipe(arch: str, folder: tuple[str, ...], config: dict[str, Any]) -
 RECIPES["zh-bge-zeroshot"] = Recipe("bi", (), None, base="bge-small-zh", command="(no training: Reranker.load('bge-small-zh'))")
 RECIPES["a14-bge-cross"] = _judged_recipe("cross", A14, {"max_length": 128})
 RECIPES["a14-bge-bertca"] = _judged_recipe("bertca", A14, BGE_BERTCA)
+# seed 001's keyword-attentive layer on bge-small-zh, with keywords from the A14 dictionary (new words over the passages,
+# unsupervised); 287 steps, the budget its cross-encoder comparison in docs/models.md used
+RECIPES["a14-bge-kwbert"] = replace(
+    _judged_recipe("kwbert", A14, {"max_length": 128}), dictionary="a14", train_settings={**BGE_JUDGED, "max_steps": 287},
+    # A14_DICT: bench.eval_common.a14_dictionary's `jingpai dict build` line
+    command="jingpai train --model kwbert --base bge-small-zh --dictionary A14_DICT --train ../shared/data/zh/a14_stock_news/qrels-train.tsv "
+            f"--config max_length=128 {BGE_JUDGED_ARGS} --max-steps 287")
 RECIPES["qbqtc-bge-cross"] = _judged_recipe("cross", QBQTC, {"max_length": 128, "max_label": 2})  # grades 0–2
 RECIPES["kuake-bge-cross"] = _judged_recipe("cross", KUAKE, {"max_length": 128, "max_label": 3})  # grades 0–3
+# the bi-encoder fine-tuned from bge-small-zh's own cosine (zero-shot it ranks exactly as the untrained encoder): pair
+# BCE on soft grades + in-batch negatives + the in-window softmax over each query's judged titles (whole queries per
+# batch), titles and queries cut to 64 tokens; selection on the held-out 10 % of training queries every 80/100 steps
+BGE_BI_JUDGED = {"epochs": 1, "batch_size": 40, "lr": 2e-5, "metric": "nDCG@10", "batching": "queries", "patience": 0}
+
+
+def _judged_bi_recipe(folder: tuple[str, ...], max_label: int, eval_every: int) -> Recipe:
+    config = {"max_length": 64, "max_label": max_label, "listwise_weight": 1.0}
+    settings = {**BGE_BI_JUDGED, "eval_every": eval_every}
+    configs = " ".join(f"--config {k}={v}" for k, v in config.items())
+    return Recipe("bi", (((*folder, "qrels-train.tsv"), "raw"),), None, base="bge-small-zh", holdout=0.1, config=config,
+                  train_settings=settings, quick_settings=QUICK_BGE,
+                  command=f"jingpai train --model bi --base bge-small-zh --train ../shared/data/{'/'.join(folder)}/qrels-train.tsv {configs} "
+                          f"--holdout 0.1 --batching queries --batch-size 40 --epochs 1 --lr 2e-5 --metric nDCG@10 --eval-every {eval_every} --patience 0")
+
+
+RECIPES["qbqtc-bge-bi"] = _judged_bi_recipe(QBQTC, 2, 80)
+RECIPES["kuake-bge-bi"] = _judged_bi_recipe(KUAKE, 3, 100)
 
 
 def _tiny_zh_base(settings: ReportSettings, texts: list[str]) -> Path:
@@ -476,7 +505,7 @@ def build_model(recipe: Recipe, settings: ReportSettings, train_texts: list[str]
     elif recipe.base == "bge-small-zh":
         config["base"] = str(bge_small_zh_dir())
     if recipe.dictionary:
-        config["dictionary"] = str((en_dictionary if recipe.dictionary == "en" else zh_dictionary)(settings))
+        config["dictionary"] = str(DICTIONARIES[recipe.dictionary](settings))
     if recipe.start_from:
         config["encoder_from"] = get_model(recipe.start_from, settings, seed=seed)[1]["folder"]
     cls = registry.get(recipe.arch)
