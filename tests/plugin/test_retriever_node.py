@@ -20,6 +20,7 @@ import shutil
 import socket
 import uuid
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 
 import httpx
@@ -43,9 +44,10 @@ QUERIES = [
     {"query": {"match": {"content": "银行利率"}}, "size": 5},
     {"query": {"multi_match": {"query": "经济增长", "fields": ["title", "content"]}}},
     {"query": {"bool": {"must": [{"match": {"title": "股票投资"}}], "filter": [{"exists": {"field": "content"}}]}}},
-    # a page inside the window, and one past it (the engine's own page, beyond_window); a page ACROSS the window's end
-    # is not the gateway's yet (docs/elasticsearch-plugin.md, "Not yet")
+    # a page inside the window, one across its end (reranked hits, then the engine's order and scores), and one past
+    # it (the engine's own page, beyond_window)
     {"query": {"match": {"content": "中国经济"}}, "from": 5, "size": 5},
+    {"query": {"match": {"content": "中国经济"}}, "from": 15, "size": 10},
     {"query": {"match": {"content": "中国经济"}}, "from": 25, "size": 5},
 ]
 FUSIONS = ("linear", "rrf")
@@ -176,33 +178,14 @@ def _pairs(resp: dict) -> list[tuple[str, float]]:
     return [(h["_id"], h["_score"]) for h in resp["hits"]["hits"]]
 
 
-def _tie_groups(resp: dict) -> list[tuple[float, set[str]]]:
-    """The page's hits as runs of equal scores (to 1e-6), each with its set of ids, in page order."""
-    groups: list[tuple[float, set[str]]] = []
-    for h in resp["hits"]["hits"]:
-        if groups and abs(groups[-1][0] - h["_score"]) <= 1e-6:
-            groups[-1][1].add(h["_id"])
-        else:
-            groups.append((h["_score"], {h["_id"]}))
-    return groups
-
-
 def _assert_same_hits(mine: dict, gateway: dict, what: str) -> None:
-    # hits of exactly equal fused score (rrf gives ties) may come in either order: the engine's sort breaks them by
-    # shard and Lucene doc, the gateway by its stable sort (docs/elasticsearch-plugin.md, "Not yet"); a tie cut by the
-    # page's end may hold different members, so the last run is compared by size only
-    left, right = _tie_groups(mine), _tie_groups(gateway)
-    shown = f"{what}: {_pairs(mine)} != the gateway's {_pairs(gateway)}"
-    assert len(left) == len(right) and [g for _, g in left[:-1]] == [g for _, g in right[:-1]], shown
-    assert len(left[-1][1]) == len(right[-1][1]), shown
-    if len(left[-1][1]) == 1:
-        assert left[-1][1] == right[-1][1], shown
-    assert ids(mine), what
-    refs = {h["_id"]: h for h in gateway["hits"]["hits"]}
+    """The same ids in the same order (ties included: the rank-feature phase keeps the gateway's order), scores within
+    1e-5, the same ``_source``."""
+    assert _pairs(mine) and [h["_id"] for h in mine["hits"]["hits"]] == [h["_id"] for h in gateway["hits"]["hits"]], (
+        f"{what}: {_pairs(mine)} != the gateway's {_pairs(gateway)}")
     for hit, ref in zip(mine["hits"]["hits"], gateway["hits"]["hits"]):
         assert hit["_score"] == pytest.approx(ref["_score"], rel=0, abs=1e-5), f"{what}: {hit['_id']}"
-        if hit["_id"] in refs:
-            assert hit["_source"] == refs[hit["_id"]]["_source"], f"{what}: {hit['_id']}"
+        assert hit["_source"] == ref["_source"], f"{what}: {hit['_id']}"
 
 
 def test_the_node_loads_the_plugin_on_the_basic_licence(node: Engine) -> None:
@@ -226,15 +209,21 @@ def test_augmentation_alone_matches_the_gateway(node: Engine, index: str, gatewa
 
 @pytest.mark.parametrize("fusion", FUSIONS)
 def test_rerank_matches_the_gateway(node: Engine, index: str, gateway_answers, reranker_url: str, dictionary, fusion: str) -> None:
-    """The retriever's pages equal the gateway's (ids, order, scores within 1e-5) on a 2-shard index, a page inside the
-    window and one past it included; the dictionary is uploaded once (a second run finds its version there)."""
+    """The retriever's pages equal the gateway's (ids, order, scores within 1e-5) on a 2-shard index — a page inside the
+    window, one across its end and one past it, rrf's ties in the gateway's order; the dictionary is uploaded once (a
+    second run finds its version there)."""
     _, dict_dir = dictionary
     written = _retriever(node, index, dict_dir, "--reranker", reranker_url, "--fusion", fusion)
     assert written["retriever"]["jingpai"]["fusion"] == fusion
     assert _retriever(node, index, dict_dir, "--reranker", reranker_url, "--fusion", fusion)["uploaded"] is False
-    reordered = 0
+    reordered, ties, across = 0, 0, 0
     for i, body in enumerate(QUERIES):
         mine, info = _search(node, index, written["retriever"], body)
+        scores = [h["_score"] for h in mine["hits"]["hits"]]
+        ties += any(a == b for a, b in pairwise(scores))
+        if body.get("from", 0) < 20 < body.get("from", 0) + body.get("size", 10):
+            # fused scores, then the engine's: a page a sort by score would reorder (the case it pins)
+            across += scores != sorted(scores, reverse=True)
         reference = gateway_answers[(fusion, i)]
         ref_info = reference["jingpai"]
         assert info["reranked"] is ref_info["reranked"], (body, info, ref_info)
@@ -245,6 +234,9 @@ def test_rerank_matches_the_gateway(node: Engine, index: str, gateway_answers, r
         _assert_same_hits(mine, reference, f"{fusion} {body}")
         reordered += ids(mine) != ids(gateway_answers[("augment", i)])
     assert reordered > 0, "the reranker changed no page: the comparison would not see a fusion bug"
+    assert across == 1, "the page across the window's end is in score order: it would not see a re-sort by score"
+    if fusion == "rrf":
+        assert ties > 0, "no rrf page has tied scores: the comparison would not see a tie order that is not the gateway's"
 
 
 def test_ext_jingpai_overrides_match_the_gateway(node: Engine, index: str, gateway_answers, reranker_url: str, dictionary) -> None:

@@ -2,20 +2,25 @@
  * jingpai: the `jingpai` retriever. On the coordinating node, in the search's rewrite:
  *   1. validate() reads the search's from, size and ext.jingpai (the gateway's per-search overrides, the same keys
  *      and messages: io.jingpai.core.Overrides) — the one place a retriever sees the whole search body;
- *   2. doRewrite() loads the dictionary once per node (an async action), augments the inner retriever's full-text
+ *   2. rewrite() loads the dictionary once per node (an async action), augments the inner retriever's full-text
  *      clauses with its keywords (io.jingpai.core.QueryRewriter, the gateway's rules) and plans the search
  *      (io.jingpai.core.RerankPlan): a search that is not reranked (mode off / augment, sort, beyond the window, …)
- *      becomes its (augmented) inner retriever — the engine's own page; one that is reranked becomes a compound
- *      retriever over the engine's top max(window, from + size) hits;
- *   3. the inner search runs with JingpaiRankBuilder: its rank-feature phase fetches the rerank fields of those hits on
- *      the shards and reranks the window on the coordinator (JingpaiCoordinatorContext), fails open to the engine's
- *      order with the reason; what was done is the response header X-Jingpai (the gateway's ext.jingpai object);
- *   4. the ranked hits come back as rank docs, and the search's own from/size cut its page from them.
+ *      becomes its (augmented) inner retriever — the engine's own page;
+ *   3. a reranked one puts its inner retriever into the search itself and adds JingpaiRankBuilder: the query phase
+ *      asks every shard for the engine's top max(window, from + size) hits, the rank-feature phase fetches their
+ *      rerank fields on the shards and reranks the window on the coordinator (JingpaiCoordinatorContext), failing
+ *      open to the engine's order with the reason; what was done is the response header X-Jingpai (the gateway's
+ *      ext.jingpai object);
+ *   4. the rank-feature phase keeps the order it is given and cuts the search's from/size page from it: the gateway's
+ *      page, a page across the window's end and ties included (no second search re-sorts it by score).
+ *
+ * Not a compound retriever on purpose: a compound one (CompoundRetrieverBuilder) runs its inner search first and then a
+ * second search over rank docs that the engine orders by score — which mixes the engine scores of hits past the window
+ * among the window's fused ones and breaks ties by shard and doc — and it opens a point in time for every search.
  */
 package io.jingpai.elasticsearch;
 
 import java.io.IOException;
-import java.util.ArrayList;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -26,7 +31,6 @@ import io.jingpai.core.Overrides;
 import io.jingpai.core.QueryRewriter;
 import io.jingpai.core.RerankPlan;
 import io.jingpai.core.Segmenter;
-import org.apache.lucene.search.ScoreDoc;
 import org.elasticsearch.action.ActionListener;
 import org.elasticsearch.action.ActionRequestValidationException;
 import org.elasticsearch.action.ValidateActions;
@@ -34,10 +38,10 @@ import org.elasticsearch.index.query.QueryBuilder;
 import org.elasticsearch.index.query.QueryRewriteContext;
 import org.elasticsearch.search.SearchExtBuilder;
 import org.elasticsearch.search.builder.SearchSourceBuilder;
-import org.elasticsearch.search.rank.RankDoc;
-import org.elasticsearch.search.retriever.CompoundRetrieverBuilder;
 import org.elasticsearch.search.retriever.RetrieverBuilder;
 import org.elasticsearch.search.retriever.RetrieverParserContext;
+import org.elasticsearch.search.sort.FieldSortBuilder;
+import org.elasticsearch.search.sort.ScoreSortBuilder;
 import org.elasticsearch.usage.SearchUsage;
 import org.elasticsearch.xcontent.XContentBuilder;
 import org.elasticsearch.xcontent.XContentParser;
@@ -45,16 +49,20 @@ import org.elasticsearch.xcontent.XContentParserConfiguration;
 import org.elasticsearch.xcontent.json.JsonXContent;
 
 /** {@code {"jingpai": {"retriever": {...}, "reranker_url": …, "fields": […], "rank_window_size": 20, "fusion": "linear", …}}} */
-public final class JingpaiRetrieverBuilder extends CompoundRetrieverBuilder<JingpaiRetrieverBuilder> {
+public final class JingpaiRetrieverBuilder extends RetrieverBuilder {
     public static final String NAME = "jingpai";
     /** the response header that tells what the retriever did (JSON, non-ASCII escaped): the gateway's ext.jingpai */
     public static final String HEADER = "X-Jingpai";
     private static final Segmenter NO_WORDS = new Segmenter(Map.of(), 0);
+    /** the tie-breaking sort field of a reranked search: unmapped in every index, so it breaks no tie */
+    static final String NO_FIELD = "jingpai._no_such_field_";
 
     private final RetrieverSettings settings;
     /** the inner retriever as written ({"standard": {...}}): augmented from this */
     private final Map<String, Object> innerSource;
-    /** non-null once planned: the search is reranked, with the engine asked for rankWindowSize hits */
+    /** the inner retriever: as parsed, then augmented */
+    private final RetrieverBuilder inner;
+    /** non-null once planned: the search is reranked, with the engine asked for plan.engineSize() hits */
     private final RerankPlan plan;
     private final Map<String, Object> augment;
     // the search's from, size, ext.jingpai and shape, read by validate() (the rewrite does not see the body)
@@ -65,9 +73,9 @@ public final class JingpaiRetrieverBuilder extends CompoundRetrieverBuilder<Jing
         static final Request DEFAULT = new Request(0, 10, Overrides.NONE, false);
     }
 
-    JingpaiRetrieverBuilder(List<RetrieverSource> inner, int rankWindowSize, RetrieverSettings settings, Map<String, Object> innerSource,
-                            RerankPlan plan, Map<String, Object> augment, Request request) {
-        super(inner, rankWindowSize);
+    JingpaiRetrieverBuilder(RetrieverBuilder inner, RetrieverSettings settings, Map<String, Object> innerSource, RerankPlan plan,
+                            Map<String, Object> augment, Request request) {
+        this.inner = inner;
         this.settings = settings;
         this.innerSource = innerSource;
         this.plan = plan;
@@ -87,8 +95,7 @@ public final class JingpaiRetrieverBuilder extends CompoundRetrieverBuilder<Jing
         XContentParserConfiguration config = XContentParserConfiguration.EMPTY.withRegistry(parser.getXContentRegistry())
             .withDeprecationHandler(parser.getDeprecationHandler());
         RetrieverBuilder retriever = parseInner((Map<String, Object>) innerMap, config, context);
-        return new JingpaiRetrieverBuilder(new ArrayList<>(List.of(RetrieverSource.from(retriever))), settings.window(), settings,
-            (Map<String, Object>) innerMap, null, Map.of(), Request.DEFAULT);
+        return new JingpaiRetrieverBuilder(retriever, settings, (Map<String, Object>) innerMap, null, Map.of(), Request.DEFAULT);
     }
 
     /** Parses {@code {"<name>": {...}}} as the retriever of that name. */
@@ -110,23 +117,23 @@ public final class JingpaiRetrieverBuilder extends CompoundRetrieverBuilder<Jing
         return NAME;
     }
 
-    @Override
-    protected JingpaiRetrieverBuilder clone(List<RetrieverSource> newChildRetrievers, List<QueryBuilder> newPreFilterQueryBuilders) {
-        JingpaiRetrieverBuilder copy = new JingpaiRetrieverBuilder(newChildRetrievers, rankWindowSize, settings, innerSource, plan, augment,
-            request);
-        copy.preFilterQueryBuilders = newPreFilterQueryBuilders;
+    private JingpaiRetrieverBuilder with(RetrieverBuilder newInner, Map<String, Object> newInnerSource, RerankPlan newPlan,
+                                         Map<String, Object> newAugment) {
+        JingpaiRetrieverBuilder copy = new JingpaiRetrieverBuilder(newInner, settings, newInnerSource, newPlan, newAugment, request);
+        copy.preFilterQueryBuilders = preFilterQueryBuilders;
         copy.retrieverName = retrieverName;
         copy.minScore = minScore;
         return copy;
     }
 
     /**
-     * Reads the search's from, size and ext.jingpai. Not the compound retrievers' check of size against rank_window_size:
-     * a page past the window is the gateway's (hits past it in the engine's order), so the engine is asked for enough.
+     * Reads the search's from, size and ext.jingpai. Not the rank builders' check of size against rank_window_size: a
+     * page past the window is the gateway's (hits past it in the engine's order), so the engine is asked for enough.
      */
     @Override
     public ActionRequestValidationException validate(SearchSourceBuilder source, ActionRequestValidationException e, boolean isScroll,
                                                      boolean allowPartialSearchResults) {
+        e = super.validate(source, e, isScroll, allowPartialSearchResults);
         if (isScroll) {
             e = ValidateActions.addValidationError("[" + NAME + "] cannot be used in a scroll context", e);
         }
@@ -142,17 +149,12 @@ public final class JingpaiRetrieverBuilder extends CompoundRetrieverBuilder<Jing
                 }
             }
         }
-        if (source.size() < 0) {
-            // a compound retriever's page is otherwise its rank window: a search without size gets 10 hits, as a plain one
-            source.size(10);
-        }
-        request = new Request(source.from() < 0 ? 0 : source.from(), source.size(), overrides,
+        request = new Request(source.from() < 0 ? 0 : source.from(), source.size() < 0 ? 10 : source.size(), overrides,
             source.aggregations() != null);
         return e;
     }
 
     /** Why the search's shape allows no rerank (the gateway's shape_reason), or null. */
-    @SuppressWarnings("unchecked")
     private String shapeReason() {
         Object standard = innerSource.get("standard");
         if (standard instanceof Map<?, ?> s) {
@@ -189,11 +191,17 @@ public final class JingpaiRetrieverBuilder extends CompoundRetrieverBuilder<Jing
     }
 
     @Override
-    @SuppressWarnings("unchecked")
-    protected RetrieverBuilder doRewrite(QueryRewriteContext ctx) {
+    public RetrieverBuilder rewrite(QueryRewriteContext ctx) throws IOException {
         if (plan != null) {
-            return this;
+            // planned: the inner retriever's own rewrite (its query's, e.g. a terms lookup)
+            RetrieverBuilder rewritten = inner.rewrite(ctx);
+            return rewritten == inner ? this : with(rewritten, innerSource, plan, augment);
         }
+        return plan(ctx);
+    }
+
+    @SuppressWarnings("unchecked")
+    private RetrieverBuilder plan(QueryRewriteContext ctx) {
         Overrides overrides = request.overrides();
         boolean off = "off".equals(overrides.mode());
         // without a dictionary: a rewriter that adds nothing and finds the full-text texts on the rerank fields
@@ -205,7 +213,7 @@ public final class JingpaiRetrieverBuilder extends CompoundRetrieverBuilder<Jing
             if (rewriter == null) {
                 ctx.registerAsyncAction((client, listener) -> Dictionaries.load(client, settings.keywords(), (ActionListener<Object>) listener));
                 // a new builder: the rewrite runs the load, then asks it again
-                return clone(innerRetrievers, preFilterQueryBuilders);
+                return with(inner, innerSource, null, augment);
             }
         }
         String kind = innerSource.keySet().iterator().next();
@@ -231,14 +239,15 @@ public final class JingpaiRetrieverBuilder extends CompoundRetrieverBuilder<Jing
             augmentInfo.put("augmented", false);
             augmentInfo.put("keywords", List.of());
         }
-        RetrieverBuilder inner = innerRetrievers.get(0).retriever();
+        RetrieverBuilder augmented = inner;
         if (innerMap != innerSource) {
             try {
-                inner = parseInner(innerMap, ctx.getParserConfig(), new RetrieverParserContext(new SearchUsage(), f -> true));
+                augmented = parseInner(innerMap, ctx.getParserConfig(), new RetrieverParserContext(new SearchUsage(), f -> true));
             } catch (IOException e) {
                 throw new IllegalStateException("[jingpai] could not read back the augmented retriever " + innerMap, e);
             }
-            inner.retrieverName(innerRetrievers.get(0).retriever().retrieverName());
+            augmented.retrieverName(inner.retrieverName());
+            augmented.getPreFilterQueryBuilders().addAll(inner.getPreFilterQueryBuilders());
         }
         Overrides effective = overrides;
         if (settings.mode().equals("augment") && overrides.mode() == null) {
@@ -248,19 +257,11 @@ public final class JingpaiRetrieverBuilder extends CompoundRetrieverBuilder<Jing
         RerankPlan p = RerankPlan.plan(settings.window(), settings.maxWindow(), settings.fields(), settings.fusion(), effective, shapeReason(),
             request.from(), request.size(), queryText, "the retriever's");
         if (p.reason() != null) {
-            Map<String, Object> info = info(p, p.reason(), augmentInfo);
-            JingpaiCoordinatorContext.tell(info);
-            return inner;
+            JingpaiCoordinatorContext.tell(info(p, p.reason(), augmentInfo));
+            augmented.getPreFilterQueryBuilders().addAll(preFilterQueryBuilders);
+            return augmented;
         }
-        return new JingpaiRetrieverBuilder(new ArrayList<>(List.of(RetrieverSource.from(inner))), p.engineSize(), settings, innerMap, p,
-            augmentInfo, request).withBase(this);
-    }
-
-    private JingpaiRetrieverBuilder withBase(JingpaiRetrieverBuilder from) {
-        preFilterQueryBuilders = from.preFilterQueryBuilders;
-        retrieverName = from.retrieverName;
-        minScore = from.minScore;
-        return this;
+        return with(augmented, innerMap, p, augmentInfo);
     }
 
     /** The gateway's ext.jingpai of a search not reranked ({@code reason}) or about to be. */
@@ -275,27 +276,43 @@ public final class JingpaiRetrieverBuilder extends CompoundRetrieverBuilder<Jing
     }
 
     @Override
-    protected SearchSourceBuilder finalizeSourceBuilder(SearchSourceBuilder source) {
-        // sorted by [_score, _shard_doc]: without track_scores the hits carry no score, and the engine's are fused
-        source.trackScores(true);
-        source.rankBuilder(new JingpaiRankBuilder(rankWindowSize, settings, plan, augment));
-        return source;
+    public QueryBuilder topDocsQuery() {
+        return inner.topDocsQuery();
     }
 
+    /**
+     * The inner retriever's search with the rank builder of the plan: the query phase asks each shard for the engine's
+     * top {@code max(window, from + size)}, the rank-feature phase reranks them on the coordinator and pages them.
+     */
     @Override
-    protected RankDoc[] combineInnerRetrieverResults(List<ScoreDoc[]> rankResults, boolean explain) {
-        ScoreDoc[] docs = rankResults.get(0);
-        RankDoc[] out = new RankDoc[docs.length];
-        for (int i = 0; i < docs.length; i++) {
-            out[i] = new RankDoc(docs[i].doc, docs[i].score, docs[i].shardIndex);
-            out[i].rank = i + 1;
+    public void extractToSearchSourceBuilder(SearchSourceBuilder source, boolean compoundUsed) {
+        if (plan == null) {
+            throw new IllegalStateException("[" + NAME + "] retriever extracted before its rewrite");
         }
-        return out;
+        if (compoundUsed) {
+            // inside a compound retriever the search's page is the outer retriever's: the gateway's paging cannot hold
+            throw new IllegalArgumentException("[" + NAME + "] retriever: cannot rerank inside another retriever ([" + NAME
+                + "] must be the search's top-level retriever; inside one, use \"mode\": \"augment\")");
+        }
+        inner.getPreFilterQueryBuilders().addAll(preFilterQueryBuilders);
+        inner.extractToSearchSourceBuilder(source, false);
+        if (minScore != null) {
+            source.minScore(minScore);
+        }
+        // the rank-feature phase reads its docs' engine scores from their fetch, which scores them only in a search
+        // sorted by a field that tracks scores (a sort by _score alone counts as none): _score, then a field no index
+        // has (every doc ties on it), so the order stays the engine's own — score, then shard, then doc
+        if (source.sorts() == null || source.sorts().isEmpty()) {
+            source.sort(new ScoreSortBuilder());
+        }
+        source.sort(new FieldSortBuilder(NO_FIELD).unmappedType("long"));
+        source.trackScores(true);
+        source.rankBuilder(new JingpaiRankBuilder(plan.engineSize(), settings, plan, augment));
     }
 
     @Override
     protected void doToXContent(XContentBuilder builder, Params params) throws IOException {
-        builder.field("retriever", innerRetrievers.get(0).retriever());
+        builder.field("retriever", inner);
         for (Map.Entry<String, Object> e : settings.describe().entrySet()) {
             builder.field(e.getKey(), e.getValue());
         }
@@ -304,12 +321,12 @@ public final class JingpaiRetrieverBuilder extends CompoundRetrieverBuilder<Jing
     @Override
     public boolean doEquals(Object other) {
         JingpaiRetrieverBuilder that = (JingpaiRetrieverBuilder) other;
-        return super.doEquals(other) && Objects.equals(settings, that.settings) && Objects.equals(innerSource, that.innerSource)
+        return Objects.equals(inner, that.inner) && Objects.equals(settings, that.settings) && Objects.equals(innerSource, that.innerSource)
             && Objects.equals(plan, that.plan);
     }
 
     @Override
     public int doHashCode() {
-        return Objects.hash(super.doHashCode(), settings, innerSource, plan);
+        return Objects.hash(inner, settings, innerSource, plan);
     }
 }
