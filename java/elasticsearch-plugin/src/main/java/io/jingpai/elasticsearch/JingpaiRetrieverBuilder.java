@@ -138,16 +138,10 @@ public final class JingpaiRetrieverBuilder extends RetrieverBuilder {
             e = ValidateActions.addValidationError("[" + NAME + "] cannot be used in a scroll context", e);
         }
         Overrides overrides = Overrides.NONE;
-        if (source.ext() != null) {
-            for (SearchExtBuilder ext : source.ext()) {
-                if (ext instanceof JingpaiSearchExt j) {
-                    try {
-                        overrides = Overrides.parse(j.info());
-                    } catch (Overrides.Invalid invalid) {
-                        e = ValidateActions.addValidationError(invalid.getMessage(), e);
-                    }
-                }
-            }
+        try {
+            overrides = Overrides.find(source.ext(), (SearchExtBuilder ext) -> ext instanceof JingpaiSearchExt j ? j.info() : null).overrides();
+        } catch (Overrides.Invalid invalid) {
+            e = ValidateActions.addValidationError(invalid.getMessage(), e);
         }
         request = new Request(source.from() < 0 ? 0 : source.from(), source.size() < 0 ? 10 : source.size(), overrides,
             source.aggregations() != null);

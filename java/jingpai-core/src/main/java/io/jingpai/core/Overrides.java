@@ -6,8 +6,10 @@
  */
 package io.jingpai.core;
 
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.function.Function;
 
 
 /**
@@ -30,6 +32,29 @@ public record Overrides(String mode, Integer window, List<String> fields, String
                 + (field.startsWith("hybrid") ? "; hybrid takes: " + String.join(", ", HYBRID_KEYS) : ""));
             this.field = field;
         }
+    }
+
+    /** What {@link #find} read from a search's ext sections: the overrides, and the sections that are not jingpai's. */
+    public record Found<E>(Overrides overrides, List<E> others) {}
+
+    /**
+     * The overrides of a search's ext sections (an engine's SearchExtBuilders): {@code jingpaiInfo} gives the body of
+     * the jingpai one and null for the others; none: {@link #NONE}.
+     *
+     * @throws Invalid the jingpai section is not the gateway's ext.jingpai
+     */
+    public static <E> Found<E> find(List<E> exts, Function<E, Map<String, Object>> jingpaiInfo) {
+        Overrides overrides = NONE;
+        List<E> others = new ArrayList<>();
+        for (E ext : exts == null ? List.<E>of() : exts) {
+            Map<String, Object> info = jingpaiInfo.apply(ext);
+            if (info != null) {
+                overrides = parse(info);
+            } else {
+                others.add(ext);
+            }
+        }
+        return new Found<>(overrides, others);
     }
 
     /** The overrides of one ext.jingpai object. */

@@ -2,9 +2,7 @@ package io.jingpai.opensearch;
 
 import io.jingpai.core.Overrides;
 import java.io.IOException;
-import java.util.ArrayList;
 import java.util.LinkedHashMap;
-import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 
@@ -48,15 +46,9 @@ public final class JingpaiExt extends SearchExtBuilder {
         }
         Overrides overrides = Overrides.NONE;
         if (request.source() != null && request.source().ext() != null && !request.source().ext().isEmpty()) {
-            List<SearchExtBuilder> rest = new ArrayList<>();
-            for (SearchExtBuilder ext : request.source().ext()) {
-                if (ext instanceof JingpaiExt j) {
-                    overrides = Overrides.parse(j.info());
-                } else {
-                    rest.add(ext);
-                }
-            }
-            request.source().ext(rest);
+            Overrides.Found<SearchExtBuilder> found = Overrides.find(request.source().ext(), e -> e instanceof JingpaiExt j ? j.info() : null);
+            overrides = found.overrides();
+            request.source().ext(found.others());
         }
         context.setAttribute(ATTR_OVERRIDES, overrides);
         return overrides;
