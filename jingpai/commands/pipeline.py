@@ -29,9 +29,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from jingpai.commands.base import JingpaiCommand
-from jingpai.commands.options import SHARED_ENGINE_ENV
+from jingpai.commands.plugin_options import WHEN_GIVEN, plugin_options, plugin_settings
 from jingpai.errors import UnavailableError, UserError
-from jingpai.plugin.settings import ENV_PREFIX
 
 if TYPE_CHECKING:
     from jingpai.engine.client import Engine
@@ -41,11 +40,6 @@ if TYPE_CHECKING:
 
 #: the plugin's name in ``GET _nodes/plugins`` (its descriptor's ``name``)
 PLUGIN_NAME = "jingpai"
-FUSIONS = ("linear", "rrf", "replace")
-#: settings written only when given (the processor's defaults are the gateway's)
-WHEN_GIVEN = ("breaker_failures", "breaker_reset_s", "rerank_concurrency", "max_answer_bytes")
-#: what the pipeline does: the gateway's modes but off (an index without a pipeline)
-PIPELINE_MODES = ("rerank", "augment")
 _INSTALL_HINT = ("start a node with it (`jingpai engine up --kind opensearch --plugins jingpai`) or install it on yours "
                  "(`bin/opensearch-plugin install file:///…/jingpai-opensearch-<version>.zip`, then restart the node)")
 
@@ -86,8 +80,9 @@ def inline_dictionary(dictionary: Dictionary | None) -> dict[str, Any]:
     return out
 
 
-def keywords_processor(meta: IndexMeta, dictionary: Dictionary | None, settings: GatewaySettings) -> dict[str, Any]:
-    """``jingpai_keywords`` for an index with ``meta``: the roles the gateway's QueryRewriter reads, its boosts."""
+def keyword_roles(meta: IndexMeta, settings: GatewaySettings) -> dict[str, Any]:
+    """The roles of an index with ``meta`` as the gateway's QueryRewriter reads them, and its boosts: what both plugins'
+    augmentation is configured with (``jingpai_keywords``, the retriever's ``keywords``)."""
     return {
         "text_fields": list(meta.text_fields),
         "seg_fields": dict(meta.seg_fields),
@@ -98,8 +93,12 @@ def keywords_processor(meta: IndexMeta, dictionary: Dictionary | None, settings:
         "seg_boost": settings.seg_boost,
         "keyword_boost": settings.keyword_boost,
         "weight_boost": settings.weight_boost,
-        "dictionary": inline_dictionary(dictionary),
     }
+
+
+def keywords_processor(meta: IndexMeta, dictionary: Dictionary | None, settings: GatewaySettings) -> dict[str, Any]:
+    """``jingpai_keywords`` for an index with ``meta``: the roles the gateway's QueryRewriter reads, its boosts."""
+    return {**keyword_roles(meta, settings), "dictionary": inline_dictionary(dictionary)}
 
 
 def rerank_processor(meta: IndexMeta, settings: GatewaySettings, *, given: Sequence[str] = ()) -> dict[str, Any]:
@@ -208,46 +207,16 @@ def write_pipeline(engine: Engine, index: str, settings: GatewaySettings, *, dic
 
 
 @click.command("pipeline", cls=JingpaiCommand)
-@click.option("--index", required=True, help="A jingpai index or alias (built by `jingpai index`).")
-@click.option("--reranker", default=None, metavar="URL",
-              help="`jingpai serve` URL as the OpenSearch node reaches it (required unless --mode augment).")
-@click.option("--mode", type=click.Choice(PIPELINE_MODES), default="rerank", show_default=True,
-              help="rerank: augmentation and rerank; augment: augmentation alone (jingpai_keywords).")
-@click.option("--dict", "dict_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="The dictionary folder the index was built with (uploaded inline); needed when the index has one.")
-# the same variables as the other `jingpai plugin` commands' --engine
-@click.option("--engine", envvar=["JINGPAI_PLUGIN_ENGINE", SHARED_ENGINE_ENV, f"{ENV_PREFIX}ENGINE"], default="http://127.0.0.1:9200", show_default=True,
-              metavar="URL", help="OpenSearch URL (a node with the jingpai plugin).")
-@click.option("--fusion", type=click.Choice(FUSIONS), default="linear", show_default=True, help="Engine and model score fusion.")
-@click.option("--fusion-weight", type=float, default=None, metavar="W", help="The engine's weight in [0, 1] (default: the gateway's, 0.5).")
-@click.option("--window", type=int, default=None, metavar="N", help="Top hits reranked (default: the gateway's, 20).")
-@click.option("--timeout-ms", type=int, default=None, metavar="MS",
-              help="Reranker call timeout; past it the search fails open to the engine's order (default: the gateway's, 3000).")
-@click.option("--breaker-failures", type=int, default=None, metavar="N",
-              help="Consecutive reranker failures that open the circuit breaker (default: the processor's, the gateway's 3).")
-@click.option("--breaker-reset-s", type=float, default=None, metavar="S",
-              help="Seconds an open breaker fails searches open before one probe request (default: the processor's, the gateway's 10).")
-@click.option("--rerank-concurrency", type=int, default=None, metavar="N",
-              help="Reranker calls in flight at once on each node; a search that gets no slot within --timeout-ms fails open "
-                   "(reranker_busy) (default: the processor's, the gateway's 8).")
-@click.option("--max-answer-bytes", type=int, default=None, metavar="N",
-              help="The largest reranker answer read; a larger one fails open (reranker_bad_response) (default: the gateway's, 1048576).")
+@plugin_options("OpenSearch", default_engine="http://127.0.0.1:9200", window_help="Top hits reranked (default: the gateway's, 20).")
 @click.option("--name", default=None, help="Pipeline name (default: jingpai-<index>).")
 @click.option("--print-only", is_flag=True, help="Print the pipeline (without the inline base dictionary) instead of writing it.")
-def pipeline_cmd(index: str, reranker: str | None, mode: str, dict_dir: Path | None, engine: str, fusion: str, fusion_weight: float | None,
-                 window: int | None, timeout_ms: int | None, breaker_failures: int | None, breaker_reset_s: float | None,
-                 rerank_concurrency: int | None, max_answer_bytes: int | None, name: str | None, print_only: bool) -> None:
+def pipeline_cmd(index: str, reranker: str | None, mode: str, dict_dir: Path | None, engine: str, fusion: str, name: str | None,
+                 print_only: bool, **numeric: float | None) -> None:
     """Write the jingpai OpenSearch plugin's search pipeline for INDEX and make it the index's default."""
     from jingpai.engine.client import connect
-    from jingpai.plugin.settings import GatewaySettings
 
-    if mode == "rerank" and reranker is None:
-        raise click.UsageError("--reranker URL is required to rerank (or write augmentation alone with --mode augment)")
-    given = {k: v for k, v in (("fusion_weight", fusion_weight), ("window", window), ("timeout_ms", timeout_ms),
-                               ("breaker_failures", breaker_failures), ("breaker_reset_s", breaker_reset_s),
-                               ("rerank_concurrency", rerank_concurrency), ("max_answer_bytes", max_answer_bytes)) if v is not None}
-    settings = GatewaySettings(engine_url=engine, reranker_url=reranker, fusion=fusion, **given)  # type: ignore[arg-type]
-    written_when_given = tuple(name for name in WHEN_GIVEN if name in given)
+    settings, written_when_given = plugin_settings(engine=engine, reranker=reranker, mode=mode, fusion=fusion,
+                                                   augment_hint="write augmentation alone", **numeric)
     client = connect(engine)
     try:
         if print_only:

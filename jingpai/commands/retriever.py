@@ -27,9 +27,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from jingpai.commands.base import JingpaiCommand
-from jingpai.commands.options import SHARED_ENGINE_ENV
-from jingpai.commands.pipeline import FUSIONS, PIPELINE_MODES, WHEN_GIVEN, PipelineError, PluginMissingError, _dictionary, _meta, inline_dictionary
-from jingpai.plugin.settings import ENV_PREFIX
+from jingpai.commands.pipeline import PipelineError, PluginMissingError, _dictionary, _meta, inline_dictionary, keyword_roles
+from jingpai.commands.plugin_options import WHEN_GIVEN, plugin_options, plugin_settings
 
 if TYPE_CHECKING:
     from jingpai.engine.client import Engine
@@ -60,18 +59,7 @@ def dictionary_document(inline: dict[str, Any], *, index: str, dict_version: str
 
 def keywords_settings(meta: IndexMeta, settings: GatewaySettings, *, dictionary_index: str, doc_id: str, version: str) -> dict[str, Any]:
     """The retriever's ``keywords``: the roles the gateway's QueryRewriter reads, its boosts, the uploaded dictionary."""
-    return {
-        "dictionary": {"index": dictionary_index, "id": doc_id, "version": version},
-        "text_fields": list(meta.text_fields),
-        "seg_fields": dict(meta.seg_fields),
-        "keywords_field": meta.keywords_field,
-        "weights_field": meta.weights_field,
-        "weight_encoding": meta.weight_encoding,
-        "keywords_top_k": settings.keywords_top_k,
-        "seg_boost": settings.seg_boost,
-        "keyword_boost": settings.keyword_boost,
-        "weight_boost": settings.weight_boost,
-    }
+    return {"dictionary": {"index": dictionary_index, "id": doc_id, "version": version}, **keyword_roles(meta, settings)}
 
 
 def retriever_body(meta: IndexMeta, settings: GatewaySettings, keywords: dict[str, Any], *, inner: dict[str, Any] | None = None,
@@ -135,54 +123,27 @@ def write_retriever(engine: Engine, index: str, settings: GatewaySettings, *, di
 
 
 @click.command("retriever", cls=JingpaiCommand)
-@click.option("--index", required=True, help="A jingpai index or alias (built by `jingpai index`).")
-@click.option("--reranker", default=None, metavar="URL",
-              help="`jingpai serve` URL as the Elasticsearch node reaches it (required unless --mode augment).")
-@click.option("--mode", type=click.Choice(PIPELINE_MODES), default="rerank", show_default=True,
-              help="rerank: augmentation and rerank; augment: augmentation alone.")
-@click.option("--dict", "dict_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
-              help="The dictionary folder the index was built with (uploaded once); needed when the index has one.")
-@click.option("--engine", envvar=["JINGPAI_PLUGIN_ENGINE", SHARED_ENGINE_ENV, f"{ENV_PREFIX}ENGINE"], default="http://127.0.0.1:9201", show_default=True,
-              metavar="URL", help="Elasticsearch URL (a node with the jingpai plugin).")
-@click.option("--fusion", type=click.Choice(FUSIONS), default="linear", show_default=True, help="Engine and model score fusion.")
-@click.option("--fusion-weight", type=float, default=None, metavar="W", help="The engine's weight in [0, 1] (default: the gateway's, 0.5).")
-@click.option("--window", type=int, default=None, metavar="N", help="Top hits reranked, rank_window_size (default: the gateway's, 20).")
-@click.option("--timeout-ms", type=int, default=None, metavar="MS",
-              help="Reranker call timeout; past it the search fails open to the engine's order (default: the gateway's, 3000).")
-@click.option("--breaker-failures", type=int, default=None, metavar="N",
-              help="Consecutive reranker failures that open the circuit breaker (default: the gateway's 3).")
-@click.option("--breaker-reset-s", type=float, default=None, metavar="S",
-              help="Seconds an open breaker fails searches open before one probe request (default: the gateway's 10).")
-@click.option("--rerank-concurrency", type=int, default=None, metavar="N",
-              help="Reranker calls in flight at once on each node; a search that gets no slot within --timeout-ms fails open "
-                   "(reranker_busy) (default: the gateway's 8).")
-@click.option("--max-answer-bytes", type=int, default=None, metavar="N",
-              help="The largest reranker answer read; a larger one fails open (reranker_bad_response) (default: the gateway's, 1048576).")
+@plugin_options("Elasticsearch", default_engine="http://127.0.0.1:9201",
+                window_help="Top hits reranked, rank_window_size (default: the gateway's, 20).")
 @click.option("--dictionary-index", default=DICTIONARY_INDEX, show_default=True, help="The index the dictionary is uploaded to.")
 @click.option("--query", "query_json", default=None, metavar="JSON",
               help="The inner retriever's query (JSON), e.g. '{\"match\": {\"title\": \"中国GDP\"}}' (default: an example on the text fields).")
-def retriever_cmd(index: str, reranker: str | None, mode: str, dict_dir: Path | None, engine: str, fusion: str, fusion_weight: float | None,
-                  window: int | None, timeout_ms: int | None, breaker_failures: int | None, breaker_reset_s: float | None,
-                  rerank_concurrency: int | None, max_answer_bytes: int | None, dictionary_index: str, query_json: str | None) -> None:
+def retriever_cmd(index: str, reranker: str | None, mode: str, dict_dir: Path | None, engine: str, fusion: str, dictionary_index: str,
+                  query_json: str | None, **numeric: float | None) -> None:
     """Upload INDEX's dictionary for the jingpai Elasticsearch plugin and print the `jingpai` retriever for it."""
     from jingpai.engine.client import connect
-    from jingpai.plugin.settings import GatewaySettings
 
-    if mode == "rerank" and reranker is None:
-        raise click.UsageError("--reranker URL is required to rerank (or print an augmenting retriever with --mode augment)")
+    settings, given = plugin_settings(engine=engine, reranker=reranker, mode=mode, fusion=fusion,
+                                      augment_hint="print an augmenting retriever", **numeric)
     inner = None
     if query_json is not None:
         try:
             inner = {"standard": {"query": json.loads(query_json)}}
         except json.JSONDecodeError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--query") from exc
-    given = {k: v for k, v in (("fusion_weight", fusion_weight), ("window", window), ("timeout_ms", timeout_ms),
-                               ("breaker_failures", breaker_failures), ("breaker_reset_s", breaker_reset_s),
-                               ("rerank_concurrency", rerank_concurrency), ("max_answer_bytes", max_answer_bytes)) if v is not None}
-    settings = GatewaySettings(engine_url=engine, reranker_url=reranker, fusion=fusion, **given)  # type: ignore[arg-type]
     client = connect(engine)
     try:
-        written = write_retriever(client, index, settings, dict_dir=dict_dir, given=tuple(n for n in WHEN_GIVEN if n in given), mode=mode,
+        written = write_retriever(client, index, settings, dict_dir=dict_dir, given=given, mode=mode,
                                   dictionary_index=dictionary_index, inner=inner)
     finally:
         client.close()
