@@ -5,7 +5,8 @@ run (``jingpai engine up``) and skip the start-up while iterating locally. The O
 optional modules (:func:`opensearch_modules`) starts only for the tests that ask for it; reuse one with
 ``JINGPAI_TEST_OPENSEARCH_MODULES_URL`` (``jingpai engine up --modules analysis-common,lang-painless,mapper-extras``).
 The OpenSearch node with the k-NN plugin (:func:`opensearch_knn`, for document vectors) likewise; reuse one with
-``JINGPAI_TEST_OPENSEARCH_KNN_URL`` (``jingpai engine up --plugins knn``).
+``JINGPAI_TEST_OPENSEARCH_KNN_URL`` (``jingpai engine up --plugins knn``). The secured OpenSearch node
+(:func:`opensearch_secured`) likewise; reuse one with ``JINGPAI_TEST_OPENSEARCH_SECURED_URL`` and ``…_SECURED_INSTANCE``.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import builtins
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from jingpai.engine import harness
-from jingpai.engine.client import Engine, connect
+from jingpai.engine import harness, security
+from jingpai.engine.client import Engine, EngineAuth, connect
+from jingpai.engine.security import SecurityAdmin
 
 SHARED_DATA = Path(os.environ.get("JINGPAI_DATA_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "data"))
 
@@ -121,6 +124,44 @@ def opensearch_knn() -> Iterator[Engine]:
         client = connect(given or harness.start(settings).url)
         yield client
         client.close()
+    finally:
+        if settings is not None:
+            harness.stop(settings, purge=True)
+
+
+@dataclass(frozen=True)
+class SecuredNode:
+    """A running OpenSearch node with the security plugin (TLS, internal users), and its admin."""
+
+    url: str
+    ca_file: Path
+    admin: SecurityAdmin
+
+    def auth(self, user: str | None = None, password: str | None = None) -> EngineAuth:
+        """Credentials for ``user`` (none: anonymous) with the node's CA."""
+        return EngineAuth(user=user, password=password, ca_file=self.ca_file)
+
+    def admin_engine(self) -> Engine:
+        return connect(self.url, auth=self.auth(self.admin.user, self.admin.password))
+
+
+@pytest.fixture(scope="session")
+def opensearch_secured() -> Iterator[SecuredNode]:
+    """An OpenSearch node WITH the security plugin (``engine up --plugins security``: OpenSearch 2.19.1, TLS with a CA
+    made locally, an admin user); tests create their own users and roles through ``SecuredNode.admin``.
+
+    Started (about a minute; several on a loaded machine) only by the tests that use this fixture, and stopped after
+    the session. Reuse a running one with ``JINGPAI_TEST_OPENSEARCH_SECURED_URL`` and
+    ``JINGPAI_TEST_OPENSEARCH_SECURED_INSTANCE`` (its instance directory, which holds its CA and admin password).
+    """
+    given = os.environ.get("JINGPAI_TEST_OPENSEARCH_SECURED_URL")
+    settings = None if given else harness.EngineSettings(kind="opensearch", port=harness.free_port(), plugins=("security",))
+    try:
+        if given:
+            url, inst = given, Path(os.environ["JINGPAI_TEST_OPENSEARCH_SECURED_INSTANCE"])
+        else:
+            url, inst = harness.start(settings).url, settings.instance_dir
+        yield SecuredNode(url=url, ca_file=security.ca_file(inst), admin=security.SecurityAdmin.of(url, inst))
     finally:
         if settings is not None:
             harness.stop(settings, purge=True)

@@ -18,6 +18,22 @@ def _invoke_catching(invoke: Any, ctx: click.Context) -> Any:
         return invoke(ctx)
     except JingpaiError as exc:
         raise click.ClickException(str(exc)) from exc
+    except Exception as exc:
+        # an engine's 401/403 or an untrusted certificate met after connecting (a search the user may not run): one
+        # line naming the fix, like every other refusal; the official clients' errors carry their status
+        module = type(exc).__module__.split(".")[0]
+        if module in ("opensearchpy", "elasticsearch", "elastic_transport", "urllib3", "httpx"):
+            from jingpai.commands.options import engine_auth
+            from jingpai.engine.client import access_error
+
+            try:
+                auth = engine_auth()
+            except JingpaiError:
+                auth = None
+            problem = access_error(exc, url=ctx.params.get("engine_url") or "the engine", auth=auth)
+            if problem is not None:
+                raise click.ClickException(str(problem)) from exc
+        raise
 
 
 class JingpaiCommand(click.Command):

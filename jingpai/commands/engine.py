@@ -12,7 +12,9 @@ import click
 
 from jingpai.commands.base import JingpaiGroup
 from jingpai.commands.options import Opt, settings_from, settings_options
-from jingpai.engine.settings import KNN_PLUGIN_VERSIONS, MODULE_NAMES, PLUGIN_NAMES, EngineSettings
+from jingpai.engine.settings import (
+    KNN_PLUGIN_VERSIONS, MODULE_NAMES, PLUGIN_NAMES, SECURITY_DEFAULT_VERSION, SECURITY_PLUGIN_VERSIONS, EngineSettings,
+)
 
 #: how EngineSettings' fields look on the command line (env ``JINGPAI_ENGINE_*``)
 NODE_OPTIONS: dict[str, Opt] = {
@@ -35,7 +37,8 @@ HEAP_OPTIONS: dict[str, Opt] = {
         f"`jingpai index --vectors` (pinned OpenSearch versions {', '.join(KNN_PLUGIN_VERSIONS)}); jingpai: on OpenSearch the "
         "jingpai_keywords / jingpai_rerank search-pipeline processors, built with `mvn` from java/opensearch-plugin "
         "(or JINGPAI_OPENSEARCH_PLUGIN_SRC) for `jingpai plugin pipeline`; on Elasticsearch the jingpai retriever, built from "
-        "java/elasticsearch-plugin (or JINGPAI_ELASTICSEARCH_PLUGIN_SRC) for `jingpai plugin retriever`.",
+        "java/elasticsearch-plugin (or JINGPAI_ELASTICSEARCH_PLUGIN_SRC) for `jingpai plugin retriever`; security: the OpenSearch security plugin (TLS with a CA made locally, an "
+        f"admin user; OpenSearch {', '.join(SECURITY_PLUGIN_VERSIONS)} only, {SECURITY_DEFAULT_VERSION} without --version).",
     ),
 }
 _kind_port = {name: NODE_OPTIONS[name] for name in ("kind", "port")}
@@ -79,6 +82,11 @@ def up(cache_dir: Path | None, **values) -> None:
     click.echo(f"starting {settings.kind} {settings.resolved_version}{with_modules} on {settings.url} …", err=True)
     node = _harness().start(settings)
     click.echo(f"{node.kind} {node.version} ready (pid {node.pid}, log {node.log_file})", err=True)
+    security = node.extra.get("security")
+    if security:
+        click.echo(f"secured: TLS with the CA {security['ca_file']} (pass it as --engine-ca-file / JINGPAI_ENGINE_CA_FILE), "
+                   f"user {security['admin_user']}, password in {security['admin_password_file']}; create users and roles "
+                   "with the security REST API (jingpai.engine.security.SecurityAdmin, docs/security.md)", err=True)
     click.echo(node.url)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from jingpai.commands.base import JingpaiGroup
-from jingpai.commands.options import MODEL_DIR, ModelDir, Opt, engine_option, settings_from, settings_options
+from jingpai.commands.options import MODEL_DIR, ModelDir, Opt, engine_auth, engine_option, settings_from, settings_options
 from jingpai.indexer.settings import MAX_DEPTH_CEILING, IndexSettings
 from jingpai.indexer.readers import FORMATS
 from jingpai.indexer.spark_settings import SparkIndexSettings
@@ -26,7 +26,7 @@ def _connect(url: str):  # noqa: ANN202 - an Engine
     # imported here: the engine client loads httpx, which `jingpai index --help` must not pay for
     from jingpai.engine.client import connect
 
-    return connect(url)
+    return connect(url, auth=engine_auth())
 
 
 class _DefaultToRun(JingpaiGroup):

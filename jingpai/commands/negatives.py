@@ -17,7 +17,7 @@ from pathlib import Path
 import click
 
 from jingpai.commands.base import JingpaiCommand
-from jingpai.commands.options import SHARED_ENGINE_ENV, Opt, engine_option, env_name, settings_from, settings_options
+from jingpai.commands.options import SHARED_ENGINE_ENV, Opt, engine_auth, engine_option, env_name, settings_from, settings_options
 from jingpai.reranker.data import FORMATS
 from jingpai.reranker.negatives import NegativeResult, NegativeSettings
 
@@ -89,7 +89,7 @@ def _windows(pairs: list, settings: NegativeSettings, *, engine_url: str, index_
 
     if index_name is None or dict_dir is None:
         raise click.UsageError("the window strategy needs --index (the alias it builds or reuses) and --dict")
-    engine = connect(engine_url)
+    engine = connect(engine_url, auth=engine_auth())
     try:
         result = mine_windows(pairs, engine=engine, dictionary=Dictionary.load(dict_dir), settings=WindowSettings(
             index=index_name, window=settings.candidates, per_query=settings.per_query, max_queries=settings.max_queries,
@@ -113,7 +113,7 @@ def _sample(queries: list[str], pool: list[str], known: dict[str, set[str]], set
     from jingpai.engine.client import connect
     from jingpai.keyword_dict import Dictionary
 
-    engine = connect(engine_url)
+    engine = connect(engine_url, auth=engine_auth())
     if build_index:
         if engine.index_exists(index_name):
             raise click.ClickException(f"index {index_name!r} exists; drop --build-index to sample from it as it is")

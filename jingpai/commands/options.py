@@ -211,7 +211,8 @@ SHARED_ENGINE_ENV = "JINGPAI_ENGINE_URL"
 
 
 def engine_option(component: str, *, required: bool = False, help: str | None = None) -> Callable[[F], F]:
-    """``--engine URL`` (parameter ``engine_url``) for a command that talks to Elasticsearch/OpenSearch.
+    """``--engine URL`` (parameter ``engine_url``) for a command that talks to Elasticsearch/OpenSearch, with the
+    credential options of :func:`engine_auth_options` (read back with :func:`engine_auth`).
 
     Read from ``JINGPAI_<COMPONENT>_ENGINE``, then from the shared :data:`SHARED_ENGINE_ENV` (which the
     docker compose file sets once for every command run in the container); defaults to a local node.
@@ -219,11 +220,71 @@ def engine_option(component: str, *, required: bool = False, help: str | None = 
     from jingpai.engine.defaults import DEFAULT_ENGINE_URL
 
     primary = env_name(component, "--engine")
-    return click.option(
+    url = click.option(
         "--engine", "engine_url", required=required, default=None if required else DEFAULT_ENGINE_URL,
         show_default=not required, envvar=[primary, SHARED_ENGINE_ENV],
         help=help or f"Engine URL [env {primary} or {SHARED_ENGINE_ENV}].",
     )
+    auth = engine_auth_options(component)
+    return lambda func: url(auth(func))
+
+
+#: the credential options of an engine-using command: flag, EngineAuth field, help
+_AUTH_OPTIONS = (
+    ("--engine-user", "user", "User the engine authenticates (HTTP basic; with --engine-password)."),
+    ("--engine-password", "password", "That user's password (prefer the environment variable: a command line is visible to "
+                                      "other users of the machine)."),
+    ("--engine-api-key", "api_key", "Elasticsearch API key (encoded id:key), instead of a user and password."),
+    ("--engine-ca-file", "ca_file", "PEM file of the CA that signed an https:// engine's certificate (default: the system's CAs)."),
+)
+_AUTH_META = "jingpai.engine_auth"
+
+
+def engine_auth_options(component: str) -> Callable[[F], F]:
+    """``--engine-user``, ``--engine-password``, ``--engine-api-key`` and ``--engine-ca-file``, each read from
+    ``JINGPAI_<COMPONENT>_ENGINE_…`` then the shared ``JINGPAI_ENGINE_…`` (:data:`jingpai.engine.defaults.AUTH_ENV`).
+
+    They add no parameters to the command: :func:`engine_auth` builds the
+    :class:`~jingpai.engine.client.EngineAuth` they give, so every command connects with the same rules.
+    """
+    from jingpai.engine.defaults import AUTH_ENV as shared
+
+    def remember(field_name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
+        def callback(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+            if value is not None:
+                ctx.meta.setdefault(_AUTH_META, {})[field_name] = value
+        return callback
+
+    decorators = []
+    for flag, field_name, text in _AUTH_OPTIONS:
+        primary = env_name(component, flag)
+        envvars = [primary] if primary == shared[field_name] else [primary, shared[field_name]]
+        decorators.append(click.option(
+            flag, expose_value=False, default=None, callback=remember(field_name), envvar=envvars, show_envvar=False,
+            type=click.Path(dir_okay=False, path_type=Path) if field_name == "ca_file" else str,
+            metavar="FILE" if field_name == "ca_file" else ("KEY" if field_name == "api_key" else "TEXT"),
+            help=f"{text} [env {' or '.join(envvars)}]",
+        ))
+
+    def apply(func: F) -> F:
+        for decorate in reversed(decorators):
+            func = decorate(func)
+        return func
+
+    return apply
+
+
+def engine_auth():  # noqa: ANN201 - an EngineAuth (imported lazily: the client loads httpx)
+    """The :class:`~jingpai.engine.client.EngineAuth` the running command's ``--engine-*`` options gave.
+
+    Raises:
+        jingpai.engine.client.EngineAccessError: a user without a password, both a user and a key, a missing CA file.
+    """
+    from jingpai.engine.client import EngineAuth
+
+    ctx = click.get_current_context(silent=True)
+    values = dict(ctx.meta.get(_AUTH_META, {})) if ctx is not None else {}
+    return EngineAuth(**values)
 
 
 def settings_options(component: str, cls: type, spec: Mapping[str, Opt]) -> Callable[[F], F]:
@@ -279,4 +340,4 @@ def settings_from(cls: type[T], values: Mapping[str, Any], spec: Mapping[str, Op
     return cls(**{**cli_values(values, spec), **extra})
 
 
-__all__ = ["SHARED_ENGINE_ENV", "Opt", "cli_values", "engine_option", "env_name", "field_default", "settings_from", "settings_options"]
+__all__ = ["SHARED_ENGINE_ENV", "Opt", "cli_values", "engine_auth", "engine_auth_options", "engine_option", "env_name", "field_default", "settings_from", "settings_options"]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from jingpai.commands.base import JingpaiCommand
-from jingpai.commands.options import SHARED_ENGINE_ENV
+from jingpai.commands.options import SHARED_ENGINE_ENV, engine_auth, engine_auth_options
 from jingpai.plugin.settings import ENV_PREFIX, load_config_file
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def _labelled(settings: TuneSettings, pairs: Path | None, qrels: Path | None, qu
     from jingpai.plugin import tune as tuning
 
     try:
-        client = connect(settings.engine_url)
+        client = connect(settings.engine_url, auth=engine_auth())
         field = settings.text_field or read_meta(client, settings.index).text_fields[0]
         if pairs is not None:
             return field, tuning.queries_from_pairs(client, settings.index, pairs, text_field=field)
@@ -120,6 +120,7 @@ def _noise_warnings(rows: list[TuneRow], best: TuneRow, pipeline: TuneRow | None
 
 @click.command("tune", cls=JingpaiCommand)
 @click.option("--engine", envvar=["JINGPAI_TUNE_ENGINE", SHARED_ENGINE_ENV, f"{ENV}ENGINE"], required=True, metavar="URL", help="Elasticsearch/OpenSearch holding the index.")
+@engine_auth_options("tune")
 @click.option("--index", "index", required=True, help="The jingpai index (or alias) to search.")
 @click.option("--reranker", envvar=["JINGPAI_TUNE_RERANKER", f"{ENV}RERANKER"], required=True, metavar="URL", help="`jingpai serve` URL.")
 @click.option("--dict", "dicts", multiple=True, type=click.Path(exists=True, file_okay=False, path_type=Path),

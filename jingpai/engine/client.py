@@ -14,6 +14,7 @@ Example:
 
 from __future__ import annotations
 
+# long: the guide keeps all engine access in this one module (every wrapped call, and detection with its fallbacks)
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,9 @@ from typing import Any, Literal
 import httpx
 
 from jingpai.engine import vectors
+from jingpai.engine.auth import (
+    AUTH_ENV, NO_AUTH, EngineAccessError, EngineAuth, EngineAuthError, EnginePermissionError, EngineTLSError, access_error,
+)
 from jingpai.engine.defaults import DEFAULT_ENGINE_URL
 from jingpai.errors import UnavailableError
 
@@ -45,24 +49,47 @@ class EngineInfo:
     url: str
 
 
-def detect(url: str, *, timeout_s: float = 10.0, headers: dict[str, str] | None = None) -> EngineInfo:
+def detect(url: str, *, timeout_s: float = 10.0, headers: dict[str, str] | None = None, auth: EngineAuth | None = None) -> EngineInfo:
     """Ask the node at ``url`` what it is.
 
     ``GET /_nodes/_local`` is used rather than ``GET /`` because the Elasticsearch integ-test
     distribution has no root endpoint. Elasticsearch marks every response with ``X-Elastic-Product``.
+    A user without ``cluster:monitor/nodes/info`` (403) is asked ``GET /`` (``cluster:monitor/main``); a user
+    with neither gets the engine kind from the answer's headers and version ``unknown``.
 
     Raises:
+        EngineAccessError: 401 (credentials missing or rejected) or an untrusted certificate, naming the fix.
         EngineConnectionError: nothing answers, or the answer is not from ES/OpenSearch.
     """
+    auth = auth or NO_AUTH
+    base = url.rstrip("/")
+    sent = {**(headers or {}), **auth.headers()}
+    verify: Any = auth.ssl_context() or True
     try:
-        resp = httpx.get(
-            f"{url.rstrip('/')}/_nodes/_local",
-            params={"filter_path": "nodes.*.version,nodes.*.build_flavor"},
-            timeout=timeout_s,
-            headers=headers,
-        )
+        with httpx.Client(timeout=timeout_s, headers=sent, verify=verify) as client:
+            resp = client.get(f"{base}/_nodes/_local", params={"filter_path": "nodes.*.version,nodes.*.build_flavor"})
+            if resp.status_code == 403:
+                root = client.get(f"{base}/")
+                if root.status_code == 200 and isinstance(root.json().get("version"), dict):
+                    version = root.json()["version"]
+                    kind_: EngineKind = "opensearch" if version.get("distribution") == "opensearch" else "elasticsearch"
+                    return EngineInfo(kind=kind_, version=str(version.get("number")), url=base)
+                kind_ = "elasticsearch" if resp.headers.get("x-elastic-product") == "Elasticsearch" else "opensearch"
+                logger.info("%s may not read the engine's version at %s (HTTP 403 to GET /_nodes/_local and GET /): taking it "
+                            "for %s", auth.who, base, kind_)
+                return EngineInfo(kind=kind_, version="unknown", url=base)
     except httpx.HTTPError as exc:
+        problem = access_error(exc, url=base, auth=auth)
+        if problem is not None:
+            raise problem from exc
+        if isinstance(exc, httpx.RemoteProtocolError) and base.startswith("http://"):
+            raise EngineConnectionError(f"the engine at {base} closed the connection without an answer; if it serves HTTPS "
+                                        f"(a secured node), use {'https://' + base[len('http://'):]}") from exc
         raise EngineConnectionError(f"no engine answers at {url}: {exc}; start one with `jingpai engine up`") from exc
+    if resp.status_code == 401:
+        problem = access_error(httpx.HTTPStatusError("HTTP 401", request=resp.request, response=resp), url=base, auth=auth)
+        assert problem is not None
+        raise problem
     if resp.status_code != 200:
         raise EngineConnectionError(f"{url} answered HTTP {resp.status_code} to GET /_nodes/_local: {resp.text[:200]}")
     nodes = resp.json().get("nodes") or {}
@@ -79,21 +106,26 @@ class Engine:
     Args:
         info: what :func:`detect` found.
         timeout_s: request timeout.
-        headers: extra HTTP headers (e.g. ``Authorization``) sent with every request.
+        headers: extra HTTP headers sent with every request.
+        auth: credentials (an ``Authorization`` header on every request) and the CA of an ``https://`` engine.
 
     Attributes:
         raw: the official client (``elasticsearch.Elasticsearch`` or ``opensearchpy.OpenSearch``),
             for the rare call this class does not wrap.
     """
 
-    def __init__(self, info: EngineInfo, *, timeout_s: float = 30.0, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, info: EngineInfo, *, timeout_s: float = 30.0, headers: dict[str, str] | None = None,
+                 auth: EngineAuth | None = None) -> None:
         self.info = info
+        self.auth = auth or NO_AUTH
+        sent = {**(headers or {}), **self.auth.headers()}
+        tls: dict[str, Any] = {"ca_certs": str(self.auth.ca_file)} if self.auth.ca_file is not None else {}
         if info.kind == "elasticsearch":
             from elasticsearch import Elasticsearch, helpers
 
             self.raw = Elasticsearch(
-                info.url, request_timeout=timeout_s, headers=headers or {}, max_retries=3, retry_on_timeout=True,
-                retry_on_status=(502, 503, 504),
+                info.url, request_timeout=timeout_s, headers=sent, max_retries=3, retry_on_timeout=True,
+                retry_on_status=(502, 503, 504), **tls,
             )
         else:
             from opensearchpy import OpenSearch, helpers
@@ -101,8 +133,8 @@ class Engine:
             # pool_maxsize: urllib3 keeps one connection per host by default, and concurrent requests
             # (the indexer keeps two bulk requests in flight) would each open and drop a new one
             self.raw = OpenSearch(
-                [info.url], timeout=timeout_s, headers=headers or {}, max_retries=3, retry_on_timeout=True,
-                retry_on_status=(502, 503, 504), pool_maxsize=10,
+                [info.url], timeout=timeout_s, headers=sent, max_retries=3, retry_on_timeout=True,
+                retry_on_status=(502, 503, 504), pool_maxsize=10, verify_certs=True, ssl_show_warn=False, **tls,
             )
         self._helpers = helpers
 
@@ -120,6 +152,10 @@ class Engine:
 
     def __repr__(self) -> str:
         return f"Engine({self.kind} {self.version} at {self.url})"
+
+    def access_error(self, exc: BaseException, *, action: str | None = None) -> EngineAccessError | None:
+        """``exc`` as an :class:`EngineAccessError` naming this engine's user and the fix (``None``: no 401/403/TLS error)."""
+        return access_error(exc, url=self.url, auth=self.auth, action=action)
 
     def close(self) -> None:
         self.raw.close()
@@ -363,11 +399,20 @@ class Engine:
         return dict(resp) if isinstance(resp, dict) else {"response": resp}
 
 
-def connect(url: str, *, timeout_s: float = 30.0, headers: dict[str, str] | None = None) -> Engine:
-    """Detect the engine at ``url`` and return an :class:`Engine` for it."""
-    info = detect(url, headers=headers)
-    logger.info("connected to %s %s at %s", info.kind, info.version, info.url)
-    return Engine(info, timeout_s=timeout_s, headers=headers)
+def connect(url: str, *, timeout_s: float = 30.0, headers: dict[str, str] | None = None, auth: EngineAuth | None = None) -> Engine:
+    """Detect the engine at ``url`` and return an :class:`Engine` for it (as ``auth``'s identity, if given).
+
+    Raises:
+        EngineAccessError: credentials missing or rejected, or the engine's certificate not trusted.
+        EngineConnectionError: nothing answers at ``url``.
+    """
+    info = detect(url, headers=headers, auth=auth)
+    logger.info("connected to %s %s at %s as %s", info.kind, info.version, info.url, (auth or NO_AUTH).who)
+    return Engine(info, timeout_s=timeout_s, headers=headers, auth=auth)
 
 
-__all__ = ["DEFAULT_ENGINE_URL", "DocumentReadError", "Engine", "EngineConnectionError", "EngineInfo", "EngineKind", "connect", "detect"]
+__all__ = [
+    "AUTH_ENV", "DEFAULT_ENGINE_URL", "DocumentReadError", "Engine", "EngineAccessError", "EngineAuth", "EngineAuthError",
+    "EngineConnectionError", "EngineInfo", "EngineKind", "EnginePermissionError", "EngineTLSError", "NO_AUTH", "access_error", "connect",
+    "detect",
+]

@@ -30,7 +30,7 @@ from pathlib import Path
 import httpx
 
 from jingpai.engine.distributions import ensure_distribution, require_tool
-from jingpai.engine.plugins import install_plugins, plugin_fingerprint, plugin_spec
+from jingpai.engine.plugins import harness_http, install_plugins, plugin_fingerprint, plugin_spec
 from jingpai.engine.settings import MODULE_NAMES, EngineError, EngineSettings
 
 logger = logging.getLogger(__name__)
@@ -219,9 +219,10 @@ def _home_record(settings: EngineSettings) -> str:
     return "\n".join(lines)
 
 
-def loaded_modules(url: str) -> set[str]:
-    """Names of the modules the node at ``url`` loaded (``GET _nodes/_local/plugins``)."""
-    resp = httpx.get(f"{url}/_nodes/_local/plugins", params={"filter_path": "nodes.*.modules.name"}, timeout=10.0)
+def loaded_modules(url: str, **http) -> set[str]:
+    """Names of the modules the node at ``url`` loaded (``GET _nodes/_local/plugins``; ``http``: more ``httpx``
+    arguments, the CA and credentials of a secured node)."""
+    resp = httpx.get(f"{url}/_nodes/_local/plugins", params={"filter_path": "nodes.*.modules.name"}, timeout=10.0, **http)
     resp.raise_for_status()
     nodes = resp.json().get("nodes") or {}
     return {m["name"] for node in nodes.values() for m in node.get("modules", [])}
@@ -232,7 +233,7 @@ def verify_modules(settings: EngineSettings) -> None:
     if not settings.modules:
         return
     try:
-        loaded = loaded_modules(settings.url)
+        loaded = loaded_modules(settings.url, **harness_http(settings))
     except httpx.HTTPError as exc:
         raise EngineError(f"could not list the modules of {settings.kind} at {settings.url}: {exc}") from exc
     missing = [m for m in settings.modules if m not in loaded]

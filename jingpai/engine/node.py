@@ -22,7 +22,7 @@ import httpx
 
 from jingpai.engine.distributions import java_home, require_tool
 from jingpai.engine.modules import ensure_home_with_modules, verify_modules
-from jingpai.engine.plugins import verify_plugins
+from jingpai.engine.plugins import harness_http, verify_plugins
 from jingpai.engine.settings import ENGINE_USER, EngineError, EngineKind, EngineSettings, NodeInfo, default_cache_dir
 
 logger = logging.getLogger(__name__)
@@ -89,6 +89,10 @@ def _node_config(settings: EngineSettings, inst: Path) -> str:
         lines += ["xpack.security.enabled: false"]
         if (settings.home / "modules" / "ingest-geoip").exists():
             lines.append("ingest.geoip.downloader.enabled: false")
+    if settings.secured:
+        from jingpai.engine.security import node_settings
+
+        lines += node_settings()
     return "\n".join(lines) + "\n"
 
 
@@ -121,10 +125,14 @@ def _log_tail(log_file: Path, lines: int = 5) -> str:
 
 
 def _wait_ready(settings: EngineSettings, proc: subprocess.Popen, log_file: Path) -> dict:
-    deadline = time.monotonic() + settings.startup_timeout_s
+    # a secured node loads its security plugin, then initialises the security index after it starts: it takes
+    # about twice as long (a minute and a half on a loaded 2-core machine)
+    timeout_s = settings.startup_timeout_s * (2 if settings.secured else 1)
+    deadline = time.monotonic() + timeout_s
     url = settings.url
     last_exc: Exception | None = None
-    with httpx.Client(timeout=5.0) as client:
+    # a secured node answers 401 until the security index is initialised, then 200 to the harness's admin
+    with httpx.Client(timeout=5.0, **harness_http(settings)) as client:
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 raise EngineError(
@@ -142,7 +150,7 @@ def _wait_ready(settings: EngineSettings, proc: subprocess.Popen, log_file: Path
             time.sleep(1.0)
     _terminate(proc.pid)
     raise EngineError(
-        f"{settings.kind} did not answer on {url} within {settings.startup_timeout_s:.0f}s "
+        f"{settings.kind} did not answer on {url} within {timeout_s:.0f}s "
         f"(last error: {last_exc}); see {log_file}: {_log_tail(log_file)}"
     )
 
@@ -155,6 +163,10 @@ def _write_instance(settings: EngineSettings, home: Path, inst: Path) -> None:
     shutil.copytree(home / "config", inst / "config")
     config_name = "opensearch.yml" if settings.kind == "opensearch" else "elasticsearch.yml"
     (inst / "config" / config_name).write_text(_node_config(settings, inst))
+    if settings.secured:
+        from jingpai.engine.security import write_security_config
+
+        write_security_config(inst / "config", inst)
     (inst / "config" / "jvm.options.d").mkdir(exist_ok=True)
     (inst / "config" / "jvm.options.d" / "jingpai.options").write_text(f"-Xms{settings.heap}\n-Xmx{settings.heap}\n")
 
@@ -223,6 +235,7 @@ def launch(settings: EngineSettings) -> subprocess.Popen:
                 "pid": proc.pid,
                 "modules": list(settings.modules),
                 "plugins": list(settings.plugins),
+                **({"security": _security_record(inst)} if settings.secured else {}),
             }
         )
     )
@@ -230,6 +243,12 @@ def launch(settings: EngineSettings) -> subprocess.Popen:
     with_modules += f"{' and' if settings.modules else ' with'} plugins {', '.join(settings.plugins)}" if settings.plugins else ""
     logger.info("started %s %s%s (pid %d) on %s", settings.kind, settings.resolved_version, with_modules, proc.pid, settings.url)
     return proc
+
+
+def _security_record(inst: Path) -> dict[str, str]:
+    from jingpai.engine.security import describe
+
+    return describe(inst)
 
 
 def wait(settings: EngineSettings, proc: subprocess.Popen) -> NodeInfo:
@@ -262,6 +281,7 @@ def wait(settings: EngineSettings, proc: subprocess.Popen) -> NodeInfo:
         log_file=inst / "engine.log",
         modules=settings.modules,
         plugins=settings.plugins,
+        extra={"security": _security_record(inst)} if settings.secured else {},
     )
 
 
@@ -345,6 +365,7 @@ def status(cache_dir: Path | None = None) -> list[NodeInfo]:
                 alive=pid is not None and _pid_alive(pid, inst),
                 modules=tuple(meta.get("modules", ())),
                 plugins=tuple(meta.get("plugins", ())),
+                extra={"security": meta["security"]} if "security" in meta else {},
             )
         )
     return sorted(nodes, key=lambda n: (n.kind, n.port))

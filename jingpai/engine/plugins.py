@@ -37,12 +37,16 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 import jingpai
 from jingpai.engine.distributions import java_home, require_tool
-from jingpai.engine.settings import KNN_PLUGIN_SHA256, KNN_PLUGIN_VERSIONS, PLUGIN_NAMES, EngineError, EngineModuleError, EngineSettings
+from jingpai.engine.settings import (
+    KNN_PLUGIN_SHA256, KNN_PLUGIN_VERSIONS, PLUGIN_NAMES, SECURITY_PLUGIN_SHA256, SECURITY_PLUGIN_VERSIONS, EngineError, EngineModuleError,
+    EngineSettings,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +87,9 @@ class PluginSpec:
 OPENSEARCH_PLUGINS: dict[str, PluginSpec] = {
     "jingpai": PluginSpec(artifact="jingpai-opensearch", installed_name="jingpai", versions=None),
     "knn": PluginSpec(artifact="opensearch-knn", installed_name="opensearch-knn", versions=KNN_PLUGIN_VERSIONS, sha256=KNN_PLUGIN_SHA256),
+    # TLS, users and roles (jingpai.engine.security writes its configuration into the node's instance)
+    "security": PluginSpec(artifact="opensearch-security", installed_name="opensearch-security", versions=SECURITY_PLUGIN_VERSIONS,
+                           sha256=SECURITY_PLUGIN_SHA256),
 }
 ELASTICSEARCH_PLUGINS: dict[str, PluginSpec] = {
     "jingpai": PluginSpec(artifact="jingpai-elasticsearch", installed_name="jingpai", versions=None),
@@ -244,13 +251,13 @@ def check_sha256(path: Path, expected: str, *, what: str) -> None:
     >>> check_sha256(p, "4e6d8c", what="plugin x")
     Traceback (most recent call last):
     ...
-    jingpai.engine.settings.EngineError: plugin x: SHA-256 of the fetched z.zip is 4a70fe9aa6436e02c2dea340fbd1e352e4ef2d8ce6ca52ad25d4b95471fc8bf2, expected 4e6d8c; the download is corrupt or not the pinned release (KNN_PLUGIN_SHA256 in jingpai.engine.settings)
+    jingpai.engine.settings.EngineError: plugin x: SHA-256 of the fetched z.zip is 4a70fe9aa6436e02c2dea340fbd1e352e4ef2d8ce6ca52ad25d4b95471fc8bf2, expected 4e6d8c; the download is corrupt or not the pinned release (the *_PLUGIN_SHA256 pins in jingpai.engine.settings)
     """
     with path.open("rb") as fh:
         got = hashlib.file_digest(fh, "sha256").hexdigest()
     if got != expected:
         raise EngineError(f"{what}: SHA-256 of the fetched {path.name} is {got}, expected {expected}; the download is corrupt "
-                          "or not the pinned release (KNN_PLUGIN_SHA256 in jingpai.engine.settings)")
+                          "or not the pinned release (the *_PLUGIN_SHA256 pins in jingpai.engine.settings)")
 
 
 def install_plugins(settings: EngineSettings, home: Path) -> None:
@@ -282,12 +289,22 @@ def install_plugins(settings: EngineSettings, home: Path) -> None:
         logger.info("installed plugin %s %s into %s", name, plugin_version(settings, name), home)
 
 
-def loaded_plugins(url: str) -> set[str]:
-    """Names of the plugins the node at ``url`` loaded (``GET _nodes/_local/plugins``)."""
-    resp = httpx.get(f"{url}/_nodes/_local/plugins", params={"filter_path": "nodes.*.plugins.name"}, timeout=10.0)
+def loaded_plugins(url: str, **http: Any) -> set[str]:
+    """Names of the plugins the node at ``url`` loaded (``GET _nodes/_local/plugins``; ``http``: more ``httpx``
+    arguments, the CA and credentials of a secured node)."""
+    resp = httpx.get(f"{url}/_nodes/_local/plugins", params={"filter_path": "nodes.*.plugins.name"}, timeout=10.0, **http)
     resp.raise_for_status()
     nodes = resp.json().get("nodes") or {}
     return {p["name"] for node in nodes.values() for p in node.get("plugins", [])}
+
+
+def harness_http(settings: EngineSettings) -> dict[str, Any]:
+    """``httpx`` arguments for the harness's own calls to its node: none, or a secured node's CA and admin."""
+    if not settings.secured:
+        return {}
+    from jingpai.engine.security import admin_http_kwargs
+
+    return admin_http_kwargs(settings.instance_dir)
 
 
 def verify_plugins(settings: EngineSettings) -> None:
@@ -295,7 +312,7 @@ def verify_plugins(settings: EngineSettings) -> None:
     if not settings.plugins:
         return
     try:
-        loaded = loaded_plugins(settings.url)
+        loaded = loaded_plugins(settings.url, **harness_http(settings))
     except httpx.HTTPError as exc:
         raise EngineError(f"could not list the plugins of {settings.kind} at {settings.url}: {exc}") from exc
     missing = [p for p in settings.plugins if plugin_spec(settings.kind, p).installed_name not in loaded]
@@ -316,6 +333,7 @@ __all__ = [
     "SOURCE_ENV",
     "PluginSpec",
     "check_sha256",
+    "harness_http",
     "core_source_dir",
     "ensure_plugin_zip",
     "install_plugins",

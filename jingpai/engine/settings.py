@@ -32,8 +32,9 @@ ENGINE_USER = "jingpai-engine"
 #: optional modules the harness adds to an OpenSearch integ-test distribution (:mod:`jingpai.engine.modules`)
 MODULE_NAMES: tuple[str, ...] = ("analysis-common", "lang-painless", "mapper-extras")
 #: optional plugins the harness installs into an OpenSearch home (:mod:`jingpai.engine.plugins`): ``jingpai``
-#: (this repository's search-pipeline plugin, built from ``java/opensearch-plugin`` with Maven) and ``knn``
-PLUGIN_NAMES: tuple[str, ...] = ("jingpai", "knn")
+#: (this repository's search-pipeline plugin, built from ``java/opensearch-plugin`` with Maven), ``knn`` and
+#: ``security`` (TLS, users, roles: :mod:`jingpai.engine.security`)
+PLUGIN_NAMES: tuple[str, ...] = ("jingpai", "knn", "security")
 #: the optional plugins of an Elasticsearch home: ``jingpai`` (the ``jingpai`` retriever, built from
 #: ``java/elasticsearch-plugin``); Elasticsearch indexes dense vectors with its core modules
 ELASTICSEARCH_PLUGIN_NAMES: tuple[str, ...] = ("jingpai",)
@@ -51,6 +52,16 @@ KNN_PLUGIN_SHA256: dict[str, str] = {
     "2.19.6.0": "c21b9565624d29fd4024e3a3902712349006cb7894a73c45d976756a761e628f",
     "2.19.1.0": "eab8c9818865bc035212eab5068cdacae164baa09d4c152f49b736d6f6b0e85c",
 }
+#: OpenSearch version → ``org.opensearch.plugin:opensearch-security`` version. Maven Central serves the security
+#: zip for 2.19.1, 2.19.3 and 2.19.4 but not for 2.19.5 or 2.19.6 (checked with ``mvn dependency:copy``,
+#: 2026-12-01), so a secured node cannot run the harness's default OpenSearch: ``--plugins security`` without
+#: ``--version`` runs :data:`SECURITY_DEFAULT_VERSION`, the release with a k-NN zip too (``--plugins knn,security``).
+SECURITY_PLUGIN_VERSIONS: dict[str, str] = {"2.19.1": "2.19.1.0", "2.19.4": "2.19.4.0"}
+SECURITY_PLUGIN_SHA256: dict[str, str] = {
+    "2.19.1.0": "94a04f12ac6033902209fac1e4e512618d45beee604bbf0e42c3ed79c55220cf",
+    "2.19.4.0": "1f673622c462c4171a8c53f9b1ad20e5b839834cb79b0d3b388da180a0e514e8",
+}
+SECURITY_DEFAULT_VERSION = "2.19.1"
 #: modules a plugin extends (``extended.plugins`` in its descriptor): added to the home with it
 PLUGIN_MODULES: dict[str, tuple[str, ...]] = {"knn": ("lang-painless",)}
 
@@ -93,7 +104,7 @@ class EngineSettings:
             unique. A distribution with modules gets a home of its own (:attr:`home`).
         plugins: optional plugins to install, from :data:`PLUGIN_NAMES` (OpenSearch) or
             :data:`ELASTICSEARCH_PLUGIN_NAMES`: ``knn`` at the version :data:`KNN_PLUGIN_VERSIONS` pins for the
-            engine version, ``jingpai`` built from source for it; the modules they extend are added to ``modules``.
+            engine version (``security`` likewise, :data:`SECURITY_PLUGIN_VERSIONS`), ``jingpai`` built from source for it; the modules they extend are added to ``modules``.
             Kept sorted and unique; part of the home's name.
     """
 
@@ -140,6 +151,12 @@ class EngineSettings:
                 f"plugins ({', '.join(p for p in plugins if p not in ELASTICSEARCH_PLUGIN_NAMES)}) are for --kind opensearch only: "
                 "Elasticsearch 8 indexes and searches dense vectors (dense_vector, knn) with its core modules, so it needs no plugin; "
                 f"valid plugins for --kind elasticsearch: {', '.join(ELASTICSEARCH_PLUGIN_NAMES)}")
+        if "security" in plugins and self.resolved_version not in SECURITY_PLUGIN_VERSIONS:
+            raise EngineModuleError(
+                f"no security plugin is served on Maven Central for OpenSearch {self.resolved_version} (a plugin must match "
+                f"the engine version exactly); valid --version with --plugins security: {', '.join(SECURITY_PLUGIN_VERSIONS)} "
+                f"(without --version: {SECURITY_DEFAULT_VERSION})"
+            )
         if "knn" in plugins and self.resolved_version not in KNN_PLUGIN_VERSIONS:
             raise EngineModuleError(
                 f"no k-NN plugin version is pinned for OpenSearch {self.resolved_version} (a plugin must match the "
@@ -149,7 +166,14 @@ class EngineSettings:
 
     @property
     def resolved_version(self) -> str:
-        return self.version or DEFAULT_VERSIONS[self.kind]
+        if self.version:
+            return self.version
+        return SECURITY_DEFAULT_VERSION if self.secured else DEFAULT_VERSIONS[self.kind]
+
+    @property
+    def secured(self) -> bool:
+        """Whether the node runs the security plugin: HTTPS, and every request authenticated."""
+        return "security" in self.plugins
 
     @property
     def resolved_port(self) -> int:
@@ -178,7 +202,7 @@ class EngineSettings:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.resolved_port}"
+        return f"{'https' if self.secured else 'http'}://127.0.0.1:{self.resolved_port}"
 
 
 @dataclass(frozen=True)
@@ -221,5 +245,8 @@ __all__ = [
     "PLUGIN_MODULES",
     "PLUGIN_NAMES",
     "NodeInfo",
+    "SECURITY_DEFAULT_VERSION",
+    "SECURITY_PLUGIN_SHA256",
+    "SECURITY_PLUGIN_VERSIONS",
     "default_cache_dir",
 ]
