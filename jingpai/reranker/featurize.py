@@ -99,15 +99,25 @@ def keyword_flags(spans: Sequence[tuple[int, int]], starts: np.ndarray, ends: np
     """
     if not spans:
         return np.zeros(len(starts), dtype=bool)
-    mark = np.zeros(length + 1, dtype=np.int64)
-    for s, e in spans:
-        mark[s] += 1
-        mark[e] -= 1
+    bounds = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
+    s, e = bounds[:, 0], bounds[:, 1]
+    mark = np.zeros(length + 2, dtype=np.int64)
+    np.add.at(mark, s, 1)
+    np.add.at(mark, e, -1)
     # keyword characters so far: a non-empty token overlaps a (non-empty) span iff it holds a keyword character
     covered = np.concatenate([[0], np.cumsum(np.cumsum(mark)[:length] > 0)])
     out = covered[ends] - covered[starts] > 0
-    for i in np.flatnonzero(starts >= ends).tolist():  # an empty token: the rule itself
-        out[i] = any(starts[i] < e and ends[i] > s for s, e in spans)
+    empty = starts >= ends
+    if empty.any():
+        # an empty token at x overlaps a span iff s < x < e: x is one of the span's inner boundaries
+        wide = e - s >= 2
+        inner = np.zeros(length + 2, dtype=np.int64)
+        np.add.at(inner, s[wide] + 1, 1)
+        np.add.at(inner, e[wide], -1)
+        at = np.flatnonzero(starts == ends)
+        out[at] = np.cumsum(inner)[starts[at]] > 0
+        for i in np.flatnonzero(starts > ends).tolist():  # a reversed span (no tokenizer makes one): the rule itself
+            out[i] = any(starts[i] < e_kw and ends[i] > s_kw for s_kw, e_kw in spans)
     return out
 
 

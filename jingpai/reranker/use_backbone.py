@@ -103,25 +103,43 @@ class UseTokenizer:
         SentencePiece normalises (NFKC) and marks word starts with ``▁``; spans are found by walking the
         original text, so a piece whose normalised form is not found there gets an empty span.
         """
-        out: list[tuple[str, int, int]] = []
-        pos = 0
         pieces = self.sp.encode(text, out_type=str)
-        for piece in pieces if limit is None else pieces[:limit]:
-            surface = piece.replace("\u2581", " ").strip()
-            if not surface:
-                out.append((piece, pos, pos))
-                continue
-            found = text.find(surface, pos)
-            if found < 0:
-                out.append((piece, pos, pos))
-                continue
-            out.append((piece, found, found + len(surface)))
-            pos = found + len(surface)
-        return out
+        return _walk(text, pieces if limit is None else pieces[:limit])
+
+    def encode_with_pieces(self, texts: Sequence[str]) -> tuple[list[list[int]], list[list[str]]]:
+        """:meth:`encode` of ``texts`` and each text's pieces (as :meth:`pieces` reads them), from one encoding: the
+        pieces come out of SentencePiece, their ids by lookup (an unknown piece's surface maps to the unknown id)."""
+        pieces = self.sp.encode(list(texts), out_type=str)
+        cap = self.max_tokens
+        ids = [[BOS_ID, *self.sp.piece_to_id(p[: cap - 2]), EOS_ID] for p in pieces]
+        return ids, pieces
+
+    @staticmethod
+    def spans_of(text: str, pieces: Sequence[str]) -> list[tuple[str, int, int]]:
+        """:meth:`pieces` of ``text`` from its (first) pieces, already encoded."""
+        return _walk(text, pieces)
 
     def batch(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(ids [B, L], mask [B, L])`` padded to the longest text of the batch."""
         return pad(self.encode(texts))
+
+
+def _walk(text: str, pieces: Sequence[str]) -> list[tuple[str, int, int]]:
+    """``(piece, start, end)`` of ``pieces`` found in ``text`` in order (an unfound one: an empty span)."""
+    out: list[tuple[str, int, int]] = []
+    pos = 0
+    for piece in pieces:
+        surface = piece.replace("\u2581", " ").strip()
+        if not surface:
+            out.append((piece, pos, pos))
+            continue
+        found = text.find(surface, pos)
+        if found < 0:
+            out.append((piece, pos, pos))
+            continue
+        out.append((piece, found, found + len(surface)))
+        pos = found + len(surface)
+    return out
 
 
 def pad(seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:

@@ -68,6 +68,32 @@ def test_keyword_spans_prefer_longest() -> None:
     assert keyword_spans("无关", []) == []
 
 
+def regex_spans(text: str, words: list[str]) -> list[tuple[int, int]]:
+    """What keyword_spans was: one regular expression of the words, longest first."""
+    import re
+
+    ordered = sorted({w for w in words if w}, key=len, reverse=True)
+    if not ordered:
+        return []
+    return [m.span() for m in re.finditer("|".join(re.escape(w) for w in ordered), text)]
+
+
+def test_keyword_spans_find_what_the_regular_expression_found(shared_data: Path) -> None:
+    import json
+
+    cases = [("aaaa", ["aa"]), ("aaa", ["aa", "a"]), ("abcd", ["bc", "abc", "cd"]), ("abab", ["ab", "ba", "aba"]),
+             ("A股市场与A股市", ["A股", "股市", "A股市场", "市"]), ("x.y*z", [".", "*z", ""]), ("", ["a"])]
+    for text, words in cases:
+        assert keyword_spans(text, words) == regex_spans(text, words), (text, words)
+    segmenter = Segmenter()
+    rows = [json.loads(line) for _, line in zip(range(60), (shared_data / "zh/sohu/dc-test.jsonl").open(encoding="utf-8"))]
+    for row in rows:
+        text = row["sentence2"]
+        tokens = [t for t in segmenter.cut(text[:400]) if len(t) > 1]
+        words = [*tokens[::7][:12], text[5:7], text[5:9]]  # real words, some nested in others
+        assert keyword_spans(text, words) == regex_spans(text, words)
+
+
 def test_load_errors_name_file_and_line(tmp_path: Path, small: Dictionary) -> None:
     with pytest.raises(DictionaryError, match="is not a jingpai dictionary: dictionary.tsv is missing"):
         Dictionary.load(tmp_path)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
-from jingpai.reranker.featurize import pad_rows, require_read, rust_ids
+from jingpai.reranker.featurize import keyword_flags, pad_rows, require_read, rust_ids
 from jingpai.reranker.pair_encoding import longest_first, longest_first_arrays
 from jingpai.reranker.wordpiece import WordPieceIds
 
@@ -109,6 +109,20 @@ def test_pad_rows() -> None:
     values, lengths = pad_rows([[1, 2, 3], np.array([4]), []], pad=9)
     assert values.tolist() == [[1, 2, 3], [4, 9, 9], [9, 9, 9]] and lengths.tolist() == [3, 1, 0]
     assert pad_rows([], pad=0)[0].shape == (0, 0)
+
+
+def test_keyword_flags_are_the_overlap_rule() -> None:
+    """Every token (empty ones included: SentencePiece's bare word-start pieces) flagged by the rule itself,
+    ``start < e and end > s`` for some keyword span, on random spans and tokens."""
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        length = int(rng.integers(0, 30))
+        starts = rng.integers(0, length + 1, size=int(rng.integers(0, 5)))
+        spans = [(int(s), int(s + 1 + rng.integers(0, length - s))) for s in starts if s < length]
+        tok_s = rng.integers(0, length + 1, size=int(rng.integers(0, 12)))
+        tok_e = np.where(rng.random(len(tok_s)) < 0.3, tok_s, np.minimum(length, tok_s + rng.integers(0, 4, size=len(tok_s))))
+        rule = [any(a < e and b > s for s, e in spans) for a, b in zip(tok_s.tolist(), tok_e.tolist(), strict=True)]
+        assert keyword_flags(spans, tok_s, tok_e, length).tolist() == rule, (spans, tok_s, tok_e)
 
 
 def test_estimated_cuts_are_the_regex_estimate(texts: list[str]) -> None:

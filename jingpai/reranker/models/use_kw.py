@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -161,6 +161,28 @@ class UseKwNet(nn.Module):
         return logits, u, v
 
 
+class _FlagCache:
+    """``flags(text, pieces)`` cached per ``(text, len(pieces))``: the first ``n`` pieces of a text are always the
+    same, so they need not be in the key (a long text's would hold 256 strings per entry). Cleared whole when full."""
+
+    def __init__(self, compute: Callable[[str, Sequence[str]], np.ndarray | None], *, maxsize: int) -> None:
+        self._compute = compute
+        self._maxsize = maxsize
+        self._done: dict[tuple[str, int], np.ndarray | None] = {}
+
+    def __call__(self, text: str, pieces: Sequence[str]) -> np.ndarray | None:
+        key = (text, len(pieces))
+        if key in self._done:
+            return self._done[key]
+        if len(self._done) >= self._maxsize:
+            self._done.clear()  # atomic under the GIL: another thread's miss computes again
+        flags = self._done[key] = self._compute(text, pieces)
+        return flags
+
+    def cache_clear(self) -> None:
+        self._done.clear()
+
+
 class UseKeywordReranker(Reranker):
     """Keyword-attentive interaction model on USE-m3; score = P(match).
 
@@ -234,15 +256,15 @@ class UseKeywordReranker(Reranker):
         self._keyword_mask = keyword_mask
         self._text_keywords = text_keywords
         # as keyword_mask, for what featurize reads of a text: training revisits it every epoch
-        self._flags = lru_cache(maxsize=200_000)(self._keyword_flags)
+        self._flags = _FlagCache(self._keyword_flags, maxsize=200_000)
 
-    def _keyword_flags(self, text: str, pieces: int) -> np.ndarray | None:
-        """Whether each of the first ``pieces`` pieces of ``text`` overlaps a keyword (``None``: none does):
-        ``keyword_mask(text)[:pieces]``, walking only those pieces, the overlap test on arrays."""
+    def _keyword_flags(self, text: str, pieces: Sequence[str]) -> np.ndarray | None:
+        """Whether each of ``pieces`` (the first pieces of ``text``) overlaps a keyword (``None``: none does):
+        ``keyword_mask(text)[:len(pieces)]``, walking only those pieces, the overlap test on arrays."""
         spans = self._text_keywords(text)
-        if not spans or pieces <= 0:
+        if not spans or not pieces:
             return None
-        found = self.tokenizer.pieces(text, limit=pieces)
+        found = self.tokenizer.spans_of(text, pieces)
         starts = np.fromiter((s for _, s, _ in found), dtype=np.int64, count=len(found))
         ends = np.fromiter((e for _, _, e in found), dtype=np.int64, count=len(found))
         flags = keyword_flags(spans, starts, ends, len(text))
@@ -263,7 +285,7 @@ class UseKeywordReranker(Reranker):
 
     def featurize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         texts, q_index, d_index = unique_texts(pairs)
-        encoded = self.tokenizer.encode(texts)
+        encoded, pieces = self.tokenizer.encode_with_pieces(texts)
         ids, mask = pad(encoded)
         lengths = mask.sum(1)
         rows = torch.arange(len(texts))
@@ -271,8 +293,8 @@ class UseKeywordReranker(Reranker):
         special[rows, 0] = True  # BOS
         special[rows, (lengths - 1).clamp_min(0)] = True  # EOS
         keyword = np.zeros(tuple(mask.shape), dtype=bool)
-        for i, (text, seq) in enumerate(zip(texts, encoded, strict=True)):
-            flags = self._flags(text, len(seq) - 2)
+        for i, (text, seq, own) in enumerate(zip(texts, encoded, pieces, strict=True)):
+            flags = self._flags(text, own[: len(seq) - 2])
             if flags is not None:
                 keyword[i, 1 : 1 + len(flags)] = flags
         return {"ids": ids, "mask": mask, "special": special, "keyword": torch.from_numpy(keyword), "q_index": q_index, "d_index": d_index}
