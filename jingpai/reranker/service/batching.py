@@ -3,8 +3,9 @@
 The (query, document) pairs of the requests queued while the model is busy are merged, sorted by length
 and cut into batches whose padded size stays within ``max_batch_tokens``. One asyncio task collects the
 queue; one worker thread runs the batches (:class:`~jingpai.reranker.service.forward.ForwardPass`), so
-the event loop keeps accepting requests while the model computes. A merged batch that raises is re-run
-request by request, so only the request that caused the error fails.
+the event loop keeps accepting requests while the model computes, and one featurizing thread prepares the
+next batch's input meanwhile. A merged batch that raises is re-run request by request, so only the
+request that caused the error fails.
 
 Embedding requests (:meth:`BatchingEngine.embed`: texts as token ids, one vector each) share the queue,
 the token budget, the queue timeout and the worker with scoring requests: a round holding both runs each
@@ -63,6 +64,16 @@ class _Batch:
     launched: Launched | ServiceError
 
 
+@dataclass(frozen=True)
+class _Prepared:
+    """One batch of a round whose featurizing was queued (``features``: its future on the featurizing thread)."""
+
+    members: list[_Item]
+    job_ids: list[int]
+    task: Task
+    features: concurrent.futures.Future[dict[str, Any]]
+
+
 @dataclass
 class _RoundOutcome:
     scores: dict[int, np.ndarray] = field(default_factory=dict)
@@ -83,7 +94,9 @@ class BatchingEngine:
         self.model = model
         self.settings = settings
         self.metrics = metrics
-        self.forward = ForwardPass(model, metrics, dtype=dtype, compile=settings.compile)
+        # featurizing on a thread of its own: batch n+1's host work overlaps batch n's forward pass
+        self._featurizer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="jingpai-featurize")
+        self.forward = ForwardPass(model, metrics, dtype=dtype, compile=settings.compile, featurizer=self._featurizer)
         #: padded tokens per forward pass (the setting, else the device's default)
         self.max_batch_tokens = resolve_max_batch_tokens(settings.max_batch_tokens, model.device)
         self._queue: deque[_Job] = deque()
@@ -170,6 +183,7 @@ class BatchingEngine:
                 if not fut.done():
                     fut.set_exception(ServiceClosedError("the rerank engine shut down before this request ran"))
         self._executor.shutdown(wait=False, cancel_futures=True)
+        self._featurizer.shutdown(wait=False, cancel_futures=True)
 
     # -------------------------------------------------------------- collector (event loop)
 
@@ -279,31 +293,41 @@ class BatchingEngine:
         for task in dict.fromkeys(job.task for job in jobs):  # a forward pass computes one task
             of_task = [i for i, it in enumerate(items) if jobs[it.job].task == task]
             batches += [[of_task[k] for k in batch] for batch in self.plan([items[i].length for i in of_task])]
-        # software pipeline: batch k+1 is tokenized on the CPU while the device still runs batch k (CUDA
-        # kernels launch asynchronously; only collecting the scores waits), so a GPU is not left idle
-        # between batches. On a CPU the forward pass is synchronous and this is plain sequential work.
+        # software pipeline: batch k+1 is featurized on the featurizing thread while batch k's forward pass runs
+        # here (a CPU computes it without the GIL; a GPU runs it asynchronously, and only collecting the scores
+        # waits), so neither the device nor the host waits for the other between batches
         pending: _Batch | None = None
-        for batch in [*batches, None]:
-            launched = None if batch is None else self._launch(jobs, [items[i] for i in batch], outcome)
+        ahead = self._prefetch(jobs, [items[i] for i in batches[0]], outcome) if batches else None
+        for k in range(len(batches)):
+            current = ahead
+            ahead = self._prefetch(jobs, [items[i] for i in batches[k + 1]], outcome) if k + 1 < len(batches) else None
+            launched = None if current is None else self._start(current)
             if pending is not None:
                 self._settle(jobs, results, outcome, pending)
             pending = launched
+        if pending is not None:
+            self._settle(jobs, results, outcome, pending)
         outcome.scores = {j: r for j, r in results.items() if j not in outcome.errors}
         return outcome
 
-    def _launch(self, jobs: list[_Job], items: list[_Item], outcome: _RoundOutcome) -> _Batch | None:
-        """Start the forward pass of ``items`` (leaving out jobs that already failed); ``None``: nothing left."""
+    def _prefetch(self, jobs: list[_Job], items: list[_Item], outcome: _RoundOutcome) -> _Prepared | None:
+        """Queue the featurizing of ``items`` (leaving out jobs that already failed); ``None``: nothing left."""
         members = [it for it in items if it.job not in outcome.errors]
         if not members:
             return None
         job_ids = sorted({it.job for it in members})
         pairs = [jobs[it.job].pairs[it.pos] for it in members]
         task = jobs[members[0].job].task
+        return _Prepared(members, job_ids, task, self.forward.prepare_soon(pairs, task=task, encodings=self._encodings(jobs, members)))
+
+    def _start(self, prepared: _Prepared) -> _Batch:
+        """Start the forward pass of a prefetched batch (its featurizing error, or the forward pass's, in the batch)."""
         try:
-            launched = self.forward.launch(pairs, task=task, encodings=self._encodings(jobs, members), requests=len(job_ids))
-            return _Batch(members, job_ids, launched)
+            features = prepared.features.result()
+            launched = self.forward.start(features, task=prepared.task, pairs=len(prepared.members), requests=len(prepared.job_ids))
+            return _Batch(prepared.members, prepared.job_ids, launched)
         except ServiceError as exc:
-            return _Batch(members, job_ids, exc)
+            return _Batch(prepared.members, prepared.job_ids, exc)
 
     def _settle(self, jobs: list[_Job], results: dict[int, np.ndarray], outcome: _RoundOutcome, batch: _Batch) -> None:
         """Collect one launched batch into ``results``; a failed merged batch is re-run request by request."""

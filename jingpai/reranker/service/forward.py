@@ -1,8 +1,10 @@
 """One batch through the model (:class:`ForwardPass`): featurize, forward pass, scores, batch metrics.
 
-The batching engine's worker thread calls it. :meth:`ForwardPass.launch` returns as soon as the forward
-pass is queued on the device (on a GPU the kernels run asynchronously), :meth:`ForwardPass.collect`
-waits for its scores: the engine tokenizes the next batch in between.
+The batching engine's worker thread calls it. The host work (:meth:`ForwardPass.prepare`: featurize, length
+buckets) runs on a featurizing thread of its own (:meth:`ForwardPass.prepare_soon`), so the engine prepares
+batch n+1 while batch n's forward pass runs (on a CPU torch computes without the GIL); :meth:`ForwardPass.start`
+returns as soon as the forward pass is queued on the device (on a GPU the kernels run asynchronously), and
+:meth:`ForwardPass.collect` waits for its scores.
 
 A batch is one :data:`Task`: ``score`` (pairs → one score each, the reranking routes) or ``embed`` (texts
 already cut into token ids → one vector each, ``/embed`` and ``/v1/embeddings``; the model is an
@@ -12,6 +14,7 @@ thread, counted in the same metrics; only scoring is compiled (``compile``).
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import logging
 import time
@@ -88,10 +91,14 @@ class ForwardPass:
             autocast where the weights stayed fp32; ``fp32``/``int8`` as is.
         compile: compile the forward pass once for every batch shape (:mod:`.compiling`); it stays eager,
             logged, where compiling fails or moves the probe scores (``compiled`` tells which).
+        featurizer: a one-thread executor for the host work (:meth:`prepare_soon`); ``None``: the caller's thread.
     """
 
-    def __init__(self, model: Reranker, metrics: ServiceMetrics, *, dtype: ComputeDType, compile: bool = False) -> None:
+    def __init__(self, model: Reranker, metrics: ServiceMetrics, *, dtype: ComputeDType, compile: bool = False,
+                 featurizer: concurrent.futures.Executor | None = None) -> None:
         self.model = model
+        #: the one thread every featurize runs on (``None``: the caller's), so batch n+1 is prepared while batch n runs
+        self.featurizer = featurizer
         self.metrics = metrics
         self.autocast_dtype = DTYPES[dtype]
         # where the weights themselves were cast once (a GPU, or a CPU whose probe batch passed; see
@@ -129,6 +136,29 @@ class ForwardPass:
             ScoringError: the forward pass raised.
         """
         t0 = time.perf_counter()
+        features = self.prepare_soon(pairs, task=task, encodings=encodings).result()
+        return self.start(features, task=task, pairs=len(pairs), requests=requests, record=record, started=t0)
+
+    def prepare_soon(self, pairs: Sequence[Any], *, task: Task = "score", encodings: list[Any] | None = None,
+                     ) -> concurrent.futures.Future[dict[str, torch.Tensor]]:
+        """:meth:`prepare` on the featurizing thread (``featurizer``; none: now, on this one); its result raises
+        what :meth:`prepare` raises. Every featurize goes through that one thread, so the model's tokenizer state
+        is never used by two threads at once."""
+        if self.featurizer is None:
+            done: concurrent.futures.Future[dict[str, torch.Tensor]] = concurrent.futures.Future()
+            try:
+                done.set_result(self.prepare(pairs, task=task, encodings=encodings))
+            except TokenizerError as exc:
+                done.set_exception(exc)
+            return done
+        return self.featurizer.submit(self.prepare, pairs, task=task, encodings=encodings)
+
+    def prepare(self, pairs: Sequence[Any], *, task: Task = "score", encodings: list[Any] | None = None) -> dict[str, torch.Tensor]:
+        """The model's input tensors of ``pairs`` (host work only: no forward pass), bucketed on a GPU.
+
+        Raises:
+            TokenizerError: the model could not featurize the pairs.
+        """
         try:
             # an embed batch holds texts as token ids, read by the model's featurize_tokens (an EmbeddingModel)
             features = self.model.featurize_tokens(pairs) if task == "embed" else self._featurize(pairs, encodings)  # type: ignore[attr-defined]
@@ -138,6 +168,16 @@ class ForwardPass:
             raise TokenizerError(f"the model could not read this request's input: {type(exc).__name__}: {exc}") from exc
         if self.buckets and task == "score":
             features = bucketed(features, pad_id=self.pad_id)
+        return features
+
+    def start(self, features: dict[str, torch.Tensor], *, task: Task = "score", pairs: int, requests: int, record: bool = True,
+              started: float | None = None) -> Launched:
+        """Start the forward pass of prepared ``features`` (``pairs`` rows); on a GPU this returns before it finishes.
+
+        Raises:
+            ScoringError: the forward pass raised.
+        """
+        t0 = time.perf_counter() if started is None else started
         try:
             with torch.inference_mode():
                 # only scoring is compiled; embedding runs eager in the same dtype
@@ -146,7 +186,7 @@ class ForwardPass:
                 scores = forward(batch).float()
         except Exception as exc:
             self.metrics.failed_batches.inc()
-            logger.warning("forward pass failed for %d pairs: %s: %s", len(pairs), type(exc).__name__, exc)
+            logger.warning("forward pass failed for %d pairs: %s: %s", pairs, type(exc).__name__, exc)
             raise ScoringError(f"{'embedding' if task == 'embed' else 'scoring'} failed: {type(exc).__name__}: {exc}") from exc
         ids = features.get("input_ids")
         tokens = int(ids.numel()) if isinstance(ids, torch.Tensor) else 0
@@ -154,7 +194,7 @@ class ForwardPass:
         # featurize drops an all-ones mask: no mask means no padding
         has_mask = isinstance(mask, torch.Tensor) and isinstance(ids, torch.Tensor) and mask.shape == ids.shape
         real = int(mask.sum()) if has_mask else tokens
-        return Launched(scores, task, len(pairs), requests, tokens, real, t0, record)
+        return Launched(scores, task, pairs, requests, tokens, real, t0, record)
 
     def _featurize(self, pairs: list[Pair], encodings: list[Any] | None) -> dict[str, torch.Tensor]:
         if encodings is None:
