@@ -288,7 +288,8 @@ class HttpServer:
         from jingpai.reranker.service import create_app
         from jingpai.serving import ServerThread
 
-        self.server = ServerThread(create_app(settings, model), name="rerank service")
+        # JINGPAI_BENCH_PORT: a fixed port (a shared machine hands each user a range); unset: a free one
+        self.server = ServerThread(create_app(settings, model), int(os.environ.get("JINGPAI_BENCH_PORT", "0")) or None, name="rerank service")
         self.url = self.server.url
 
     def __enter__(self) -> HttpServer:
