@@ -138,6 +138,11 @@ def headline(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for ds in DATASETS:
         mine = [r for r in current(records) if r["dataset"] == ds.key and ds.metric in r["metrics"] and r.get("headline", True)]
         pick = {role: [r for r in mine if r["role"] == role] for role in ("bm25", "augmented", "rerank", "hybrid+rerank", "paper", "baseline")}
+        # a judged set measured through the engines is headlined there: BM25, + dictionary and the reranks all from the
+        # engine protocol, never an engine BM25 beside a reorder-protocol rerank (their first stages differ)
+        through = [r for r in pick["bm25"] if r.get("protocol") == "engine"]
+        if through:
+            pick = {role: [r for r in rs if role in ("paper", "baseline") or r.get("protocol") == "engine"] for role, rs in pick.items()}
         bm25, augmented = _latest(pick["bm25"]), _latest(pick["augmented"])
         rerank, hybrid = _best(pick["rerank"], ds.metric), _best(pick["hybrid+rerank"], ds.metric)
         paper = pick["paper"][0] if pick["paper"] else None
@@ -201,18 +206,26 @@ def rerankers_markdown(records: list[dict[str, Any]]) -> str:
     best first — new records join this table by themselves."""
     now = current(records)
     metric_of = {ds.key: ds for ds in DATASETS}
-    out = ["| data set | metric | ranker | value | vs first stage | seeds | record |", "|---|---|---|---|---|---|---|"]
+    out = ["| data set | metric | ranker | value | vs first stage (same protocol) | seeds | record |", "|---|---|---|---|---|---|---|"]
     for key in CHINESE:
         ds = metric_of[key]
         mine = [r for r in now if r["dataset"] == key and ds.metric in r["metrics"]]
-        # the first stage as the headline's; a rerank row kept out of the headline (``"headline": false``) still shows here
-        base = _latest([r for r in mine if r["role"] == "augmented" and r.get("headline", True)]) or \
-            _latest([r for r in mine if r["role"] == "bm25" and r.get("headline", True)])
+        # each protocol's first stage (+ dictionary where measured, else BM25; the engine's first): a rerank row is compared
+        # with the first stage of its own protocol only — a reordered judged pool and an engine's hits start differently.
+        # A rerank row kept out of the headline (``"headline": false``) still shows here.
+        bases: dict[Any, dict[str, Any]] = {}
+        for protocol in sorted({r.get("protocol") for r in mine}, key=lambda p: (p != "engine", str(p))):
+            of = [r for r in mine if r.get("protocol") == protocol and r.get("headline", True)]
+            first = _latest([r for r in of if r["role"] == "augmented"]) or _latest([r for r in of if r["role"] == "bm25"])
+            if first is not None:
+                bases[protocol] = first
         ranked = sorted((r for r in mine if r["role"] in ("rerank", "hybrid+rerank")), key=lambda r: -value(r["metrics"][ds.metric]))
-        for j, r in enumerate([base, *ranked] if base else ranked):
+        firsts = list(bases.values())
+        for j, r in enumerate([*firsts, *ranked]):
             v = value(r["metrics"][ds.metric])
-            diff = "" if r is base or base is None else fmt(ds.metric, v - value(base["metrics"][ds.metric]), signed=True)
-            seeds = str(r.get("seeds", "")) if r is not base else ""
+            base = bases.get(r.get("protocol"))
+            diff = "" if r in firsts or base is None else fmt(ds.metric, v - value(base["metrics"][ds.metric]), signed=True)
+            seeds = str(r.get("seeds", "")) if r not in firsts else ""
             out.append(f"| {ds.name if j == 0 else ''} | {ds.metric if j == 0 else ''} | {r['system']} | {fmt(ds.metric, v)} | {diff} | {seeds} | "
                        f"`{r['id']}` |")
     return "\n".join(out) + "\n"
