@@ -139,6 +139,12 @@ class Services:
             return f"{self.gateway_url}/{self.index}/_search", params
         return f"{self.engine_url}/{self.index}/_search", {"search_pipeline": self.pipelines[mode]}
 
+    def search(self, client: httpx.Client, mode: str, path: str, text: str, size: int) -> dict[str, Any]:
+        """The answer to a search of ``text`` (``mode``, through ``path``: gateway / the plugin, named "pipeline") with
+        its jingpai object where :func:`info` reads it (bench/retriever_equality.py's retriever overrides this)."""
+        url, params = self.request(mode, path)
+        return post(client, url, params, body(text, size))
+
 
 def post(client: httpx.Client, url: str, params: dict[str, str], payload: dict[str, Any]) -> dict[str, Any]:
     resp = client.post(url, params=params, json=payload, headers=IDENTITY)
@@ -157,8 +163,7 @@ def compare(services: Services, queries: list[str], size: int, clients: int) -> 
     def one(q: str) -> None:
         answers = {}
         for mode in MODES:
-            answers[mode] = (post(client, *services.request(mode, "gateway"), body(q, size)),
-                             post(client, *services.request(mode, "pipeline"), body(q, size)))
+            answers[mode] = (services.search(client, mode, "gateway", q, size), services.search(client, mode, "pipeline", q, size))
         with lock:
             augmented[q] = [i for i, _ in hits(answers["augment"][1])]
             for mode, (gateway, pipeline) in answers.items():
@@ -177,12 +182,11 @@ def compare(services: Services, queries: list[str], size: int, clients: int) -> 
 def fail_open(services: Services, queries: list[str], size: int, augmented: dict[str, list]) -> dict[str, Any]:
     """The linear pipeline with the reranker stopped: failed searches, fail-open flags, pages in the augmented order."""
     out = {"searches": 0, "failed": 0, "flagged": 0, "reasons": {}, "engine_order": 0}
-    url, params = services.request("linear", "pipeline")
     with httpx.Client(timeout=TIMEOUT_MS / 1000 + 30) as client:
         for q in queries:
             out["searches"] += 1
             try:
-                resp = post(client, url, params, body(q, size))
+                resp = services.search(client, "linear", "pipeline", q, size)
             except httpx.HTTPError:
                 out["failed"] += 1
                 continue
@@ -198,17 +202,14 @@ def timed(services: Services, mode: str, path: str, queries: list[str], *, n: in
           problems: list[str]) -> list[float]:
     """Latencies (ms) of ``n`` searches from ``clients`` closed-loop clients (after ``clients`` warm-up searches); a
     rerank answer that was not reranked is noted in ``problems``."""
-    url, params = services.request(mode, path)
     client = httpx.Client(timeout=TIMEOUT_MS / 1000 + 30, limits=httpx.Limits(max_connections=clients * 2))
 
     def one(i: int) -> float:
-        payload = body(queries[(start + i) % len(queries)], size)
         began = time.perf_counter()
-        resp = client.post(url, params=params, json=payload, headers=IDENTITY)
+        answer = services.search(client, mode, path, queries[(start + i) % len(queries)], size)
         elapsed = (time.perf_counter() - began) * 1000
-        resp.raise_for_status()
-        if mode != "augment" and not info(resp.json()).get("reranked"):
-            problems.append(f"{path} {mode}: {info(resp.json()).get('reason')}")
+        if mode != "augment" and not info(answer).get("reranked"):
+            problems.append(f"{path} {mode}: {info(answer).get('reason')}")
         return elapsed
 
     try:
@@ -296,8 +297,28 @@ def build_model(model_dir: Path | None, tmp: Path) -> tuple[Any, str]:
     return model, "tiny random-weight BERT cross-encoder built locally (seed 0, as the tests build theirs; plumbing only)"
 
 
-def print_results(results: dict[str, Comparison], failed_open: dict[str, Any], lat: dict, clients: tuple[int, ...]) -> None:
-    print("\n## equality: pipeline top 20 vs gateway top 20")
+def print_results(results: dict[str, Comparison], failed_open: dict[str, Any], lat: dict, clients: tuple[int, ...], *,
+                  plugin: str = "pipeline") -> None:
+    """The equality, fail-open and latency tables; ``plugin``: the plugin path's name (pipeline / retriever)."""
+    print_equality(results, f"{plugin} top 20 vs gateway top 20")
+    f = failed_open
+    print(f"\n## fail-open: reranker stopped, linear {plugin}: {f['searches']} searches, {f['failed']} failed, {f['flagged']} with "
+          f"reranked=false (reasons {f['reasons']}), {f['engine_order']} in the augmented engine order")
+    print(f"\n## latency (ms): gateway vs {plugin}, rows in turns")
+    print(f"{'mode':<16}{'clients':>8}{'path':>10}{'n':>6}{'p50':>9}{'p90':>9}{'p99':>9}{f'p50 {plugin}/gateway':>22}")
+    for mode, label in (("augment", "augment"), ("linear", "rerank (linear)")):
+        for c in clients:
+            g50 = pct(lat[(mode, "gateway", c)], 50)
+            for path in ("gateway", "pipeline"):
+                values = lat[(mode, path, c)]
+                p50 = pct(values, 50)
+                ratio = f"{p50 / g50:.2f}" if path == "pipeline" else ""
+                shown = plugin if path == "pipeline" else path
+                print(f"{label:<16}{c:>8}{shown:>10}{len(values):>6}{p50:>9.1f}{pct(values, 90):>9.1f}{pct(values, 99):>9.1f}{ratio:>22}")
+
+
+def print_equality(results: dict[str, Comparison], title: str) -> None:
+    print(f"\n## equality: {title}")
     print(f"{'mode':<10}{'queries':>9}{'same ids+order':>16}{'max |Δscore|':>14}{'scores > 1e-5':>15}{'totals ≠':>10}"
           f"{'reranked both':>15}{'≠ augmented':>13}")
     for r in results.values():
@@ -308,19 +329,6 @@ def print_results(results: dict[str, Comparison], failed_open: dict[str, Any], l
           " reranked pages whose order differs from the augmented engine order, i.e. where the fusion had something to get wrong)")
     for r in results.values():
         print(f"first mismatch ({r.mode}): {r.first_mismatch or 'none'}")
-    f = failed_open
-    print(f"\n## fail-open: reranker stopped, linear pipeline: {f['searches']} searches, {f['failed']} failed, {f['flagged']} with "
-          f"ext.jingpai.reranked=false (reasons {f['reasons']}), {f['engine_order']} in the augmented engine order")
-    print("\n## latency (ms): gateway vs pipeline, rows in turns")
-    print(f"{'mode':<16}{'clients':>8}{'path':>10}{'n':>6}{'p50':>9}{'p90':>9}{'p99':>9}{'p50 pipeline/gateway':>22}")
-    for mode, label in (("augment", "augment"), ("linear", "rerank (linear)")):
-        for c in clients:
-            g50 = pct(lat[(mode, "gateway", c)], 50)
-            for path in ("gateway", "pipeline"):
-                values = lat[(mode, path, c)]
-                p50 = pct(values, 50)
-                ratio = f"{p50 / g50:.2f}" if path == "pipeline" else ""
-                print(f"{label:<16}{c:>8}{path:>10}{len(values):>6}{p50:>9.1f}{pct(values, 90):>9.1f}{pct(values, 99):>9.1f}{ratio:>22}")
 
 
 def main() -> None:
