@@ -33,6 +33,9 @@ def _flagged(spec: dict[str, Opt]) -> dict[str, Opt]:
 #: the options before ``--config`` in ``--help``: where the gateway listens and what it talks to
 _CONNECT: dict[str, Opt] = _flagged({
     "engine_url": Opt(metavar="URL", help="Elasticsearch/OpenSearch URL requests are forwarded to."),
+    "engine_ca_file": Opt(type=click.Path(exists=True, dir_okay=False, path_type=Path), metavar="FILE",
+                          help="PEM file of the CA that signed an https:// engine's certificate (default: the system's CAs). The gateway "
+                               "has no engine credentials: each request goes on with the client's own."),
     "reranker_url": Opt(metavar="URL", help="`jingpai serve` URL (TEI /rerank); omit to disable reranking."),
     "host": Opt(help="Address to bind; loopback by default (0.0.0.0 serves every interface, as in the container)."),
     "port": Opt(help="Port clients call instead of the engine's."),

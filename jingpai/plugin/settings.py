@@ -9,6 +9,7 @@ option, so :func:`setting_hint` can tell an operator where a setting is set with
 
 from __future__ import annotations
 
+# long: the gateway's one settings dataclass with its validation, its CLI-flag table and its config-file reader
 import fnmatch
 import json
 import tomllib
@@ -137,6 +138,8 @@ class GatewaySettings:
         weight_boost: boost of the added keyword-weight clause (0: not added). The three boosts' defaults
             are measured (:data:`jingpai.plugin.augment.SEG_BOOST` and its neighbours say where).
         engine_timeout_s: timeout of requests forwarded to the engine.
+        engine_ca_file: PEM file of the CA of an ``https://`` engine's certificate (``None``: the system's CAs). The
+            gateway has no engine credentials: every request it makes for a client carries that client's own headers.
         max_body_depth: deepest nesting (objects and arrays) of a JSON request body, or of one line of an
             NDJSON body (``_bulk``, ``_msearch``), that the gateway forwards; a deeper one is answered 400
             without reaching the engine (OpenSearch 2.19 dies of a ``StackOverflowError`` on a ``_bulk``
@@ -191,6 +194,7 @@ class GatewaySettings:
     keyword_boost: float = KEYWORD_BOOST
     weight_boost: float = WEIGHT_BOOST
     engine_timeout_s: float = 120.0
+    engine_ca_file: Path | None = None
     max_body_depth: int = 100
     meta_ttl_s: float = 30.0
     # the fusion defaults are FusionSpec's, defined once there
@@ -234,6 +238,8 @@ class GatewaySettings:
         object.__setattr__(self, "dict_dirs", tuple(Path(d) for d in self.dict_dirs))
         if self.dict_root is not None:
             object.__setattr__(self, "dict_root", Path(self.dict_root))
+        if self.engine_ca_file is not None and not Path(self.engine_ca_file).is_file():
+            raise GatewayConfigError(f"engine_ca_file {str(self.engine_ca_file)!r} does not exist; give the CA that signed the engine's certificate")
         try:
             default = FusionSpec(mode=self.fusion, weight=self.fusion_weight, rrf_k=self.rrf_k)
         except FusionError as exc:
@@ -300,6 +306,7 @@ CLI_FLAGS: dict[str, str] = {
     "dict_root": "--dict-root",
     "keywords_top_k": "--keywords-top-k",
     "engine_timeout_s": "--engine-timeout-s",
+    "engine_ca_file": "--engine-ca-file",
     "max_body_depth": "--max-body-depth",
     "meta_ttl_s": "--meta-ttl-s",
     "fusion": "--fusion",

@@ -65,6 +65,11 @@ def handle_exception(exc: Exception, *, method: str, path: str, expose_internals
     if isinstance(exc, (TimeoutError, aiohttp.ServerTimeoutError)):
         logger.warning("engine timed out on %s %s: %s", method, path, exc)
         return es_error(504, "jingpai_engine_timeout_exception", f"the engine did not answer {method} {path} in time: {detail}")
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+        logger.warning("the engine's TLS certificate is not trusted (%s %s): %s; set --engine-ca-file to the CA that signed it",
+                       method, path, exc)
+        return es_error(502, "jingpai_engine_tls_exception", "the gateway does not trust the engine's TLS certificate; its operator "
+                        f"sets --engine-ca-file (JINGPAI_GATEWAY_ENGINE_CA_FILE) to the CA that signed it: {detail}")
     if isinstance(exc, aiohttp.ClientError):
         logger.warning("engine unreachable for %s %s: %s", method, path, exc)
         return es_error(502, "jingpai_engine_unreachable_exception", f"cannot reach the engine: {detail}")

@@ -12,6 +12,7 @@ import asyncio
 import gzip
 import json
 import re
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
@@ -139,6 +140,13 @@ async def read_body(request: Request) -> bytes:
     return body
 
 
+def engine_ssl(settings: GatewaySettings) -> ssl.SSLContext | bool:
+    """The TLS check of the engine hop: a context trusting ``engine_ca_file``, else aiohttp's default (system CAs)."""
+    if settings.engine_ca_file is None:
+        return True
+    return ssl.create_default_context(cafile=str(settings.engine_ca_file))
+
+
 class EngineProxy:
     """The HTTP hop to the engine; also the gateway's :class:`~jingpai.plugin.gateway.meta.MappingSource`.
 
@@ -169,7 +177,8 @@ class EngineProxy:
             self._loop = loop
             self._session = aiohttp.ClientSession(
                 timeout=aiohttp.ClientTimeout(total=self.settings.engine_timeout_s),
-                connector=aiohttp.TCPConnector(limit=256),
+                # an https:// engine's certificate is checked against engine_ca_file (else the system's CAs)
+                connector=aiohttp.TCPConnector(limit=256, ssl=engine_ssl(self.settings)),
                 # cookies are the clients' own business: a jar would store one client's engine cookies and
                 # send them with the next client's requests (and it costs CPU on every request)
                 cookie_jar=aiohttp.DummyCookieJar(),
@@ -246,6 +255,6 @@ class EngineProxy:
 
 
 __all__ = [
-    "HOP_BY_HOP", "EngineProxy", "MappingAnswer", "Upstream", "append_encoded", "append_member", "body_headers", "dumps",
+    "HOP_BY_HOP", "EngineProxy", "engine_ssl", "MappingAnswer", "Upstream", "append_encoded", "append_member", "body_headers", "dumps",
     "forward_headers", "path_part", "read_body", "response_headers",
 ]
