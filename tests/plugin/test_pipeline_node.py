@@ -13,8 +13,6 @@ Reuse a node you run (``jingpai engine up --kind opensearch --plugins jingpai``)
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import socket
 import time
 import uuid
@@ -29,34 +27,20 @@ from click.testing import CliRunner
 from jingpai.cli import cli
 from jingpai.commands.pipeline import keywords_processor
 from jingpai.engine import harness
-from jingpai.engine.client import Engine, connect
+from jingpai.engine.client import Engine
 from jingpai.indexer.mapping import read_meta
-from jingpai.plugin.gateway import create_app
 from jingpai.plugin.settings import GatewaySettings
 from jingpai.reranker.service import create_app as create_service_app
-from jingpai.serving import ServerThread, serve
-from tests.plugin.conftest import corpus, ids
+from jingpai.serving import serve
+from tests.plugin.conftest import NODE_EXT_SEARCHES, NODE_QUERIES, Searches, gateway_answers_for, ids, index_with_cli, plugin_node
 
 PORTS = range(9290, 9300)
 #: generous: the tiny CPU reranker shares two cores with other work, and a timeout would fail open
 TIMEOUT_MS = 20_000
-QUERIES = [
-    {"query": {"match": {"title": "中国GDP"}}},
-    {"query": {"match": {"content": "银行利率"}}, "size": 5},
-    {"query": {"multi_match": {"query": "经济增长", "fields": ["title", "content"]}}},
-    {"query": {"bool": {"must": [{"match": {"title": "股票投资"}}], "filter": [{"exists": {"field": "content"}}]}}},
-    {"query": {"match": {"content": "中国经济"}}, "from": 5, "size": 5},
-]
+QUERIES = NODE_QUERIES
 FUSIONS = ("linear", "rrf")
-#: searches with their own ext.jingpai (the gateway's default mode, rerank, and its default fusion, linear)
 EXT_SEARCHES = [
-    {"query": {"match": {"content": "中国经济"}}, "ext": {"jingpai": {"fusion": "rrf", "rrf_k": 5, "fusion_weight": 0.3}}},
-    {"query": {"match": {"title": "中国GDP"}}, "size": 3, "ext": {"jingpai": {"window": 4}}},
-    {"query": {"match": {"content": "中国经济"}}, "from": 3, "size": 5, "ext": {"jingpai": {"window": 6, "fusion": "replace"}}},
-    {"query": {"match": {"title": "中国GDP"}}, "ext": {"jingpai": {"fields": ["content"]}}},
-    {"query": {"match": {"title": "股票投资"}}, "ext": {"jingpai": {"query": "银行利率"}}},
-    {"query": {"match": {"title": "中国GDP"}}, "ext": {"jingpai": {"mode": "augment", "window": 999}}},
-    {"query": {"match": {"title": "中国GDP"}}, "ext": {"jingpai": {"mode": "off"}}},
+    *NODE_EXT_SEARCHES,
     {"query": {"match": {"content": "中国经济"}}, "from": 25, "size": 5, "ext": {"jingpai": {"window": 30}}},
     # _source filters that leave the rerank fields out: fetched for the window, taken out of the page again
     {"query": {"match": {"title": "中国GDP"}}, "_source": ["id"]},
@@ -72,89 +56,29 @@ BREAKER_RESET_S = 60
 DEAD_REASONS = ["reranker_unreachable"] * 3 + ["circuit_open"] * (len(QUERIES) - 3)
 
 
-def _free_port_in(ports: range) -> int:
-    for port in ports:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    pytest.fail(f"no free port in {ports.start}-{ports.stop - 1} for the plugin node")
-
-
 @pytest.fixture(scope="module")
 def node() -> Iterator[Engine]:
     """An OpenSearch node WITH the jingpai plugin, built from this checkout's java/opensearch-plugin."""
-    missing = [tool for tool in ("mvn", "java") if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not installed: the OpenSearch plugin needs Java 17 and Maven (scripts/bootstrap installs them)")
-    given = os.environ.get("JINGPAI_TEST_OPENSEARCH_JINGPAI_URL")
-    settings = None if given else harness.EngineSettings(kind="opensearch", port=_free_port_in(PORTS), plugins=("jingpai",))
-    try:
-        client = connect(given or harness.start(settings).url)
-        yield client
-        client.close()
-    finally:
-        if settings is not None:
-            harness.stop(settings, purge=True)
+    yield from plugin_node("opensearch", PORTS, "JINGPAI_TEST_OPENSEARCH_JINGPAI_URL")
 
 
 @pytest.fixture(scope="module")
 def index(node: Engine, dictionary, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The gateway tests' corpus indexed by ``jingpai index`` with their dictionary."""
-    _, dict_dir = dictionary
-    tmp = tmp_path_factory.mktemp("plugin-corpus")
-    path = tmp / "docs.jsonl"
-    path.write_text("\n".join(json.dumps(doc, ensure_ascii=False) for doc in corpus()) + "\n", encoding="utf-8")
     alias = f"test-plugin-{uuid.uuid4().hex[:8]}"
-    result = CliRunner().invoke(cli, ["index", "run", str(path), "--index", alias, "--engine", node.url, "--dict", str(dict_dir),
-                                      "--id-field", "id", "--text-fields", "title,content", "--quarantine-dir", str(tmp), "--no-progress"])
-    assert result.exit_code == 0, result.output
-    node.refresh(alias)
-    yield alias
+    yield index_with_cli(node, dictionary[1], tmp_path_factory.mktemp("plugin-corpus"), alias)
     node.request("DELETE", f"/_search/pipeline/{alias}-*")  # each holds the inline dictionary: do not leave them behind
     node.raw.indices.delete(index=f"{alias}*")
 
 
 @pytest.fixture(scope="module")
-def unreachable() -> str:
-    """A reranker URL nothing listens on."""
-    return f"http://127.0.0.1:{harness.free_port()}"
-
-
-@pytest.fixture(scope="module")
 def gateway_answers(node: Engine, index: str, reranker_url: str, unreachable: str, dictionary) -> dict[tuple[str, int], dict]:
-    """``{(mode, query number): gateway response}`` for mode augment, linear, rrf, and rerank by an unreachable
-    reranker (``dead``, the queries in order: its breaker opens after the third), taken before any pipeline exists."""
-    _, dict_dir = dictionary
-    answers = {}
-    for url, modes in ((reranker_url, ("augment", *FUSIONS)), (unreachable, ("dead",))):
-        # the default breaker (3 failures), held open as long as the pipelines' (--breaker-reset-s)
-        settings = GatewaySettings(engine_url=node.url, reranker_url=url, window=20, dict_dirs=(dict_dir,), timeout_ms=TIMEOUT_MS,
-                                   breaker_reset_s=BREAKER_RESET_S)
-        server = ServerThread(create_app(settings)).start()
-        try:
-            for i, body in enumerate(QUERIES):
-                for mode in modes:
-                    params = {"jingpai": "augment"} if mode == "augment" else {"jingpai": "rerank", "jingpai_fusion": "linear" if mode == "dead" else mode}
-                    answers[(mode, i)] = _post(f"{server.url}/{index}/_search", body, **params)
-            if url == reranker_url:
-                for i, body in enumerate(EXT_SEARCHES):
-                    answers[("ext", i)] = _post(f"{server.url}/{index}/_search", body)
-                for i, (ext, _) in enumerate(BAD_EXT):
-                    resp = httpx.post(f"{server.url}/{index}/_search", json={"query": QUERIES[0]["query"], "ext": {"jingpai": ext}}, timeout=120)
-                    answers[("bad", i)] = {"status": resp.status_code, "text": resp.text}
-        finally:
-            server.stop()
+    """The gateway's answers (:func:`tests.plugin.conftest.gateway_answers_for`), taken before any pipeline exists (the
+    gateway forwards to the same node); the breaker held open as long as the pipelines' (--breaker-reset-s)."""
+    answers = gateway_answers_for(node, index, dictionary[1], Searches(QUERIES, EXT_SEARCHES, [ext for ext, _ in BAD_EXT], FUSIONS),
+                                  reranker_url=reranker_url, unreachable=unreachable, timeout_ms=TIMEOUT_MS, breaker_reset_s=BREAKER_RESET_S)
     assert node.get_index_settings(index).get("index.search.default_pipeline") is None
     return answers
-
-
-def _post(url: str, body: dict, **params: str) -> dict:
-    resp = httpx.post(url, json=body, params=params, timeout=120)
-    assert resp.status_code == 200, resp.text
-    return resp.json()
 
 
 def _write(node: Engine, index: str, reranker: str, dict_dir: Path, *extra: str) -> dict:

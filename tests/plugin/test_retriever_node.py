@@ -15,9 +15,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import shutil
-import socket
 import uuid
 from collections.abc import Iterator
 from itertools import pairwise
@@ -29,38 +26,23 @@ from click.testing import CliRunner
 
 from jingpai.cli import cli
 from jingpai.engine import harness
-from jingpai.engine.client import Engine, connect
-from jingpai.plugin.gateway import create_app
-from jingpai.plugin.settings import GatewaySettings
+from jingpai.engine.client import Engine
 from jingpai.reranker.service import create_app as create_service_app
-from jingpai.serving import ServerThread, serve
-from tests.plugin.conftest import corpus, ids
+from jingpai.serving import serve
+from tests.plugin.conftest import NODE_EXT_SEARCHES, NODE_QUERIES, Searches, gateway_answers_for, ids, index_with_cli, plugin_node
 
 PORTS = range(9280, 9290)
 #: generous: the tiny CPU reranker shares two cores with other work, and a timeout would fail open
 TIMEOUT_MS = 20_000
 QUERIES = [
-    {"query": {"match": {"title": "中国GDP"}}},
-    {"query": {"match": {"content": "银行利率"}}, "size": 5},
-    {"query": {"multi_match": {"query": "经济增长", "fields": ["title", "content"]}}},
-    {"query": {"bool": {"must": [{"match": {"title": "股票投资"}}], "filter": [{"exists": {"field": "content"}}]}}},
-    # a page inside the window, one across its end (reranked hits, then the engine's order and scores), and one past
-    # it (the engine's own page, beyond_window)
-    {"query": {"match": {"content": "中国经济"}}, "from": 5, "size": 5},
+    *NODE_QUERIES,
+    # after the page inside the window: one across its end (reranked hits, then the engine's order and scores), and one
+    # past it (the engine's own page, beyond_window)
     {"query": {"match": {"content": "中国经济"}}, "from": 15, "size": 10},
     {"query": {"match": {"content": "中国经济"}}, "from": 25, "size": 5},
 ]
 FUSIONS = ("linear", "rrf")
-#: searches with their own ext.jingpai, the gateway's keys (the gateway's default mode, rerank, and fusion, linear)
-EXT_SEARCHES = [
-    {"query": {"match": {"content": "中国经济"}}, "ext": {"jingpai": {"fusion": "rrf", "rrf_k": 5, "fusion_weight": 0.3}}},
-    {"query": {"match": {"title": "中国GDP"}}, "size": 3, "ext": {"jingpai": {"window": 4}}},
-    {"query": {"match": {"content": "中国经济"}}, "from": 1, "size": 5, "ext": {"jingpai": {"window": 6, "fusion": "replace"}}},
-    {"query": {"match": {"title": "中国GDP"}}, "ext": {"jingpai": {"fields": ["content"]}}},
-    {"query": {"match": {"title": "股票投资"}}, "ext": {"jingpai": {"query": "银行利率"}}},
-    {"query": {"match": {"title": "中国GDP"}}, "ext": {"jingpai": {"mode": "augment", "window": 999}}},
-    {"query": {"match": {"title": "中国GDP"}}, "ext": {"jingpai": {"mode": "off"}}},
-]
+EXT_SEARCHES = NODE_EXT_SEARCHES
 #: invalid ext.jingpai and the field both 400s name (the shared Overrides' checks: the field, then the valid keys, as
 #: the OpenSearch plugin's; the problem's wording is pydantic's in the gateway)
 BAD_EXT = [({"window": 0}, "window"), ({"fusion": "sum"}, "fusion"), ({"widow": 5}, "widow")]
@@ -70,90 +52,30 @@ BREAKER_RESET_S = 60
 DEAD_REASONS = ["reranker_unreachable"] * 3 + ["circuit_open"] * (len(QUERIES) - 4) + ["beyond_window"]
 
 
-def _free_port_in(ports: range) -> int:
-    for port in ports:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    pytest.fail(f"no free port in {ports.start}-{ports.stop - 1} for the plugin node")
-
-
 @pytest.fixture(scope="module")
 def node() -> Iterator[Engine]:
     """An Elasticsearch node WITH the jingpai plugin, built from this checkout's java/elasticsearch-plugin."""
-    missing = [tool for tool in ("mvn", "java") if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"{' and '.join(missing)} not installed: the Elasticsearch plugin needs Java 17 and Maven (scripts/bootstrap installs them)")
-    given = os.environ.get("JINGPAI_TEST_ELASTICSEARCH_JINGPAI_URL")
-    settings = None if given else harness.EngineSettings(kind="elasticsearch", port=_free_port_in(PORTS), plugins=("jingpai",))
-    try:
-        client = connect(given or harness.start(settings).url)
-        yield client
-        client.close()
-    finally:
-        if settings is not None:
-            harness.stop(settings, purge=True)
+    yield from plugin_node("elasticsearch", PORTS, "JINGPAI_TEST_ELASTICSEARCH_JINGPAI_URL")
 
 
 @pytest.fixture(scope="module")
 def index(node: Engine, dictionary, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The gateway tests' corpus indexed by ``jingpai index`` with their dictionary, on 2 shards."""
     _, dict_dir = dictionary
-    tmp = tmp_path_factory.mktemp("retriever-corpus")
-    path = tmp / "docs.jsonl"
-    path.write_text("\n".join(json.dumps(doc, ensure_ascii=False) for doc in corpus()) + "\n", encoding="utf-8")
     alias = f"test-retriever-{uuid.uuid4().hex[:8]}"
     node.request("PUT", f"/_index_template/{alias}", body={"index_patterns": [f"{alias}*"], "priority": 500,
                                                            "template": {"settings": {"number_of_shards": 2, "number_of_replicas": 0}}})
-    result = CliRunner().invoke(cli, ["index", "run", str(path), "--index", alias, "--engine", node.url, "--dict", str(dict_dir),
-                                      "--id-field", "id", "--text-fields", "title,content", "--quarantine-dir", str(tmp), "--no-progress"])
-    assert result.exit_code == 0, result.output
-    node.refresh(alias)
-    yield alias
+    yield index_with_cli(node, dict_dir, tmp_path_factory.mktemp("retriever-corpus"), alias)
     node.raw.indices.delete(index=f"{alias}*")
     node.request("DELETE", f"/_index_template/{alias}")
     node.raw.options(ignore_status=404).delete(index="jingpai-dictionaries", id=alias)
 
 
 @pytest.fixture(scope="module")
-def unreachable() -> str:
-    """A reranker URL nothing listens on."""
-    return f"http://127.0.0.1:{harness.free_port()}"
-
-
-@pytest.fixture(scope="module")
 def gateway_answers(node: Engine, index: str, reranker_url: str, unreachable: str, dictionary) -> dict[tuple[str, int], dict]:
-    """``{(mode, query number): gateway response}`` for augment, linear, rrf, the ext.jingpai searches, and rerank by an
-    unreachable reranker (``dead``, the queries in order: its breaker opens after the third)."""
-    _, dict_dir = dictionary
-    answers = {}
-    for url, modes in ((reranker_url, ("augment", *FUSIONS)), (unreachable, ("dead",))):
-        settings = GatewaySettings(engine_url=node.url, reranker_url=url, window=20, dict_dirs=(dict_dir,), timeout_ms=TIMEOUT_MS,
-                                   breaker_reset_s=BREAKER_RESET_S)
-        server = ServerThread(create_app(settings)).start()
-        try:
-            for i, body in enumerate(QUERIES):
-                for mode in modes:
-                    params = {"jingpai": "augment"} if mode == "augment" else {"jingpai": "rerank", "jingpai_fusion": "linear" if mode == "dead" else mode}
-                    answers[(mode, i)] = _post(f"{server.url}/{index}/_search", body, **params)
-            if url == reranker_url:
-                for i, body in enumerate(EXT_SEARCHES):
-                    answers[("ext", i)] = _post(f"{server.url}/{index}/_search", body)
-                for i, (ext, _) in enumerate(BAD_EXT):
-                    resp = httpx.post(f"{server.url}/{index}/_search", json={"query": QUERIES[0]["query"], "ext": {"jingpai": ext}}, timeout=120)
-                    answers[("bad", i)] = {"status": resp.status_code, "json": resp.json()}
-        finally:
-            server.stop()
-    return answers
-
-
-def _post(url: str, body: dict, **params: str) -> dict:
-    resp = httpx.post(url, json=body, params=params, timeout=120)
-    assert resp.status_code == 200, resp.text
-    return resp.json()
+    """The gateway's answers on the same index (:func:`tests.plugin.conftest.gateway_answers_for`)."""
+    return gateway_answers_for(node, index, dictionary[1], Searches(QUERIES, EXT_SEARCHES, [ext for ext, _ in BAD_EXT], FUSIONS),
+                               reranker_url=reranker_url, unreachable=unreachable, timeout_ms=TIMEOUT_MS, breaker_reset_s=BREAKER_RESET_S)
 
 
 def _retriever(node: Engine, index: str, dict_dir: Path, *extra: str) -> dict:
@@ -257,7 +179,7 @@ def test_ext_jingpai_overrides_match_the_gateway(node: Engine, index: str, gatew
         reference = gateway_answers[("bad", i)]
         assert resp.status_code == reference["status"] == 400, resp.text
         prefix, keys = f"invalid ext.jingpai: {field}: ", "; valid keys: fusion, fusion_weight, rrf_k, mode, window, fields, model, query, hybrid"
-        for reason in (resp.json()["error"]["reason"], reference["json"]["error"]["reason"]):
+        for reason in (resp.json()["error"]["reason"], json.loads(reference["text"])["error"]["reason"]):
             assert prefix in reason and keys in reason, (reason, reference)
 
 
