@@ -47,7 +47,7 @@ KUAKE-QTR {kuake.bge-bi - kuake.bm25:nDCG@3} nDCG@3 over BM25 alone (the issue's
 {qbqtc.bge-bi.fused - qbqtc.bm25:nDCG@10} fused. Fusing the A14 cross with BM25 at the default weight 0.5 costs
 {a14.bge-cross.fused - a14.bge-cross:nDCG@10} — tune the engine weight on held-out training queries (`jingpai tune`). A14's cross is the mean of two
 seeds, and searched through the real gateway on OpenSearch and Elasticsearch (the report's engine rows: BM25 over all
-17,348 passages, the window of 100 reranked by `jingpai serve`) it gives the same gain on both engines. QBQTC (both engines) and KUAKE-QTR (Elasticsearch) went the same way with
+17,348 passages, the window of 100 reranked by `jingpai serve`) it gives the same gain on both engines. QBQTC and KUAKE-QTR (both engines) went the same way with
 one seed of the `bi` models: through the engine their gains are smaller than in the reorder protocol (the engine's hits
 are half unjudged on KUAKE-QTR), and the model alone beats the default fusion on KUAKE-QTR but not on QBQTC. On short-question matching (LCQMC, BQ, AFQMC) no bge model has been
 measured yet; the best are USE-multilingual models: `zh-gpu-pwkw` (keyword-attentive interaction, trained on a GPU)
