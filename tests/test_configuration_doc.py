@@ -25,7 +25,9 @@ def test_the_table_is_the_commands_own() -> None:
 
 def test_every_variable_follows_the_scheme_or_is_a_listed_shared_one() -> None:
     generator = load_generator()
-    shared = {"JINGPAI_ENGINE_URL", "JINGPAI_CACHE_DIR", "JINGPAI_DATA_DIR"}
+    # the engine's address and credentials are one set for every command that talks to it (docs/security.md)
+    shared = {"JINGPAI_ENGINE_URL", "JINGPAI_ENGINE_USER", "JINGPAI_ENGINE_PASSWORD", "JINGPAI_ENGINE_API_KEY", "JINGPAI_ENGINE_CA_FILE",
+              "JINGPAI_CACHE_DIR", "JINGPAI_DATA_DIR"}
     # read by `tune` and `plugin` before the scheme existed (they sit next to a gateway's settings)
     older = {"JINGPAI_GATEWAY_ENGINE", "JINGPAI_GATEWAY_RERANKER"}
     for variable, option, _, also in generator.rows():
