@@ -147,15 +147,16 @@ class SecuredNode:
 
 @pytest.fixture(scope="session")
 def opensearch_secured() -> Iterator[SecuredNode]:
-    """An OpenSearch node WITH the security plugin (``engine up --plugins security``: OpenSearch 2.19.1, TLS with a CA
-    made locally, an admin user); tests create their own users and roles through ``SecuredNode.admin``.
+    """An OpenSearch node WITH the security plugin and k-NN (``engine up --plugins knn,security``: OpenSearch 2.19.1, TLS
+    with a CA made locally, an admin user; k-NN for hybrid search as a user); tests create their own users and roles
+    through ``SecuredNode.admin``.
 
     Started (about a minute; several on a loaded machine) only by the tests that use this fixture, and stopped after
     the session. Reuse a running one with ``JINGPAI_TEST_OPENSEARCH_SECURED_URL`` and
     ``JINGPAI_TEST_OPENSEARCH_SECURED_INSTANCE`` (its instance directory, which holds its CA and admin password).
     """
     given = os.environ.get("JINGPAI_TEST_OPENSEARCH_SECURED_URL")
-    settings = None if given else harness.EngineSettings(kind="opensearch", port=harness.free_port(), plugins=("security",))
+    settings = None if given else harness.EngineSettings(kind="opensearch", port=harness.free_port(), plugins=("knn", "security"))
     try:
         if given:
             url, inst = given, Path(os.environ["JINGPAI_TEST_OPENSEARCH_SECURED_INSTANCE"])

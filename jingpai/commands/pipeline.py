@@ -213,11 +213,12 @@ def write_pipeline(engine: Engine, index: str, settings: GatewaySettings, *, dic
 def pipeline_cmd(index: str, reranker: str | None, mode: str, dict_dir: Path | None, engine: str, fusion: str, name: str | None,
                  print_only: bool, **numeric: float | None) -> None:
     """Write the jingpai OpenSearch plugin's search pipeline for INDEX and make it the index's default."""
+    from jingpai.commands.options import engine_auth
     from jingpai.engine.client import connect
 
     settings, written_when_given = plugin_settings(engine=engine, reranker=reranker, mode=mode, fusion=fusion,
                                                    augment_hint="write augmentation alone", **numeric)
-    client = connect(engine)
+    client = connect(engine, auth=engine_auth())
     try:
         if print_only:
             meta = _meta(client, index)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import click
 
-from jingpai.commands.options import SHARED_ENGINE_ENV
+from jingpai.commands.options import SHARED_ENGINE_ENV, engine_auth_options
 from jingpai.plugin.settings import ENV_PREFIX
 
 if TYPE_CHECKING:
@@ -44,6 +44,8 @@ def plugin_options(kind: Literal["OpenSearch", "Elasticsearch"], *, default_engi
         # the same variables as the other `jingpai plugin` commands' --engine
         click.option("--engine", envvar=["JINGPAI_PLUGIN_ENGINE", SHARED_ENGINE_ENV, f"{ENV_PREFIX}ENGINE"], default=default_engine,
                      show_default=True, metavar="URL", help=f"{kind} URL (a node with the jingpai plugin)."),
+        # who writes the pipeline / search template: --engine-user … --engine-ca-file (read back with options.engine_auth)
+        engine_auth_options("plugin"),
         click.option("--fusion", type=click.Choice(FUSIONS), default="linear", show_default=True, help="Engine and model score fusion."),
         click.option("--fusion-weight", type=float, default=None, metavar="W", help="The engine's weight in [0, 1] (default: the gateway's, 0.5)."),
         click.option("--window", type=int, default=None, metavar="N", help=window_help),

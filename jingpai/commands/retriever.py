@@ -131,6 +131,7 @@ def write_retriever(engine: Engine, index: str, settings: GatewaySettings, *, di
 def retriever_cmd(index: str, reranker: str | None, mode: str, dict_dir: Path | None, engine: str, fusion: str, dictionary_index: str,
                   query_json: str | None, **numeric: float | None) -> None:
     """Upload INDEX's dictionary for the jingpai Elasticsearch plugin and print the `jingpai` retriever for it."""
+    from jingpai.commands.options import engine_auth
     from jingpai.engine.client import connect
 
     settings, given = plugin_settings(engine=engine, reranker=reranker, mode=mode, fusion=fusion,
@@ -141,7 +142,7 @@ def retriever_cmd(index: str, reranker: str | None, mode: str, dict_dir: Path | 
             inner = {"standard": {"query": json.loads(query_json)}}
         except json.JSONDecodeError as exc:
             raise click.BadParameter(f"not JSON: {exc}", param_hint="--query") from exc
-    client = connect(engine)
+    client = connect(engine, auth=engine_auth())
     try:
         written = write_retriever(client, index, settings, dict_dir=dict_dir, given=given, mode=mode,
                                   dictionary_index=dictionary_index, inner=inner)

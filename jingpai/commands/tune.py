@@ -42,7 +42,7 @@ def _labelled(settings: TuneSettings, pairs: Path | None, qrels: Path | None, qu
     from jingpai.plugin import tune as tuning
 
     try:
-        client = connect(settings.engine_url, auth=engine_auth())
+        client = connect(settings.engine_url, auth=settings.auth)
         field = settings.text_field or read_meta(client, settings.index).text_fields[0]
         if pairs is not None:
             return field, tuning.queries_from_pairs(client, settings.index, pairs, text_field=field)
@@ -167,7 +167,7 @@ def tune(engine: str, index: str, reranker: str, dicts: tuple[Path, ...], pairs:
     dicts = dicts or tuple(Path(d) for d in base.get("dict_dirs", ()))  # --dict wins, as for the gateway
     settings = tuning.TuneSettings(
         engine_url=engine, index=index, reranker_url=reranker, dict_dirs=dicts, metric=metric, text_field=text_field,
-        limit=limit, concurrency=concurrency, base=base, hybrid=hybrid, embed_url=embed_url, **grid,
+        limit=limit, concurrency=concurrency, base=base, hybrid=hybrid, embed_url=embed_url, auth=engine_auth(), **grid,
     )
     field, labelled = _labelled(settings, pairs, qrels, queries)
     rows = tuning.run_tune(settings, labelled, text_field=field)

@@ -15,7 +15,7 @@ by the augmented hits past the window as the gateway serves them. So the grid co
 With ``hybrid`` (an index built with ``jingpai index --vectors``), each query also fetches its hybrid candidates once,
 reranked, and every hybrid fusion, alone and reranked (either rerank window), is computed offline (:mod:`jingpai.plugin.tune_hybrid`).
 
-Labelled queries come from a pairs file (``q1<TAB>q2<TAB>label``, any :func:`jingpai.reranker.data.read_pairs` format:
+Labelled queries (:mod:`jingpai.plugin.tune_labels`) come from a pairs file (``q1<TAB>q2<TAB>label``, any :func:`jingpai.reranker.data.read_pairs` format:
 every distinct question is expected in the index; each positive pair searches q1 with q1's own document excluded and
 looks for q2) or from TREC qrels + a queries file (``qid<TAB>text``; qrels name the index's ``_id``\\ s). Metrics (P@k,
 MRR, nDCG@10, MAP over the ``depth`` hits served) come from :func:`jingpai.reranker.evaluate.evaluate_rankings`
@@ -25,14 +25,14 @@ MRR, nDCG@10, MAP over the ``depth`` hits served) come from :func:`jingpai.reran
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from jingpai.errors import UserError
+from jingpai.engine.auth import EngineAuth
+from jingpai.plugin.tune_labels import LabelledQuery, TuneError, queries_from_pairs, queries_from_trec
 from jingpai.reranker.fusion import FusionSpec, ListFusion, fused_order
 
 logger = logging.getLogger(__name__)
@@ -40,10 +40,6 @@ logger = logging.getLogger(__name__)
 #: metric names of a tuning row, in table order
 METRICS: tuple[str, ...] = ("P@1", "P@3", "P@5", "P@10", "MRR", "nDCG@10", "MAP")
 CUTOFFS: tuple[int, ...] = (1, 3, 5, 10)
-
-
-class TuneError(UserError, ValueError):
-    """Tuning cannot run: bad options, unreadable labels, nothing to evaluate (the message says which)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +62,8 @@ class TuneSettings:
         hybrid: also measure the hybrid first stage (BM25 + kNN) over ``weights`` (BM25's) × ``rrf`` / ``linear``, and
             each of them reranked (:mod:`jingpai.plugin.tune_hybrid`).
         embed_url: the embedding service of the hybrid searches (``None``: ``reranker_url``).
+        auth: who the tuning is to the engine: the in-process gateway forwards its ``Authorization`` header like a
+            client's and trusts its CA file (``None``: no credentials, the system's CAs, or ``base``'s ``engine_ca_file``).
     """
 
     engine_url: str
@@ -82,6 +80,7 @@ class TuneSettings:
     base: dict[str, Any] = field(default_factory=dict)
     hybrid: bool = False
     embed_url: str | None = None
+    auth: EngineAuth | None = None
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -100,16 +99,6 @@ class TuneSettings:
     def depth(self) -> int:
         """Hits ranked per query for every row: the largest window, and at least 10 (for P@10, nDCG@10)."""
         return max(max(self.windows), max(CUTOFFS))
-
-
-@dataclass(frozen=True)
-class LabelledQuery:
-    """One query: its text, documents excluded from its results and graded relevant documents."""
-
-    qid: str
-    text: str
-    relevant: dict[str, int]
-    exclude: tuple[str, ...] = ()
 
 
 @dataclass
@@ -157,81 +146,6 @@ class TuneRow:
         if self.first_stage is not None:
             parts.append(f"on hybrid-{self.first_stage.label()}" + (" (both lists' top window)" if self.rerank_window == "both" else ""))
         return ", ".join(parts)
-
-
-# ---------------------------------------------------------------------------------------------- labels
-
-
-def _text_ids(engine: Any, index: str, text_field: str) -> dict[str, list[str]]:
-    ids: dict[str, list[str]] = defaultdict(list)
-    for hit in engine.scan(index, source=[text_field]):
-        text = (hit.get("_source") or {}).get(text_field)
-        if isinstance(text, str):
-            ids[text].append(hit["_id"])
-    return ids
-
-
-def queries_from_pairs(engine: Any, index: str, path: str | Path, *, text_field: str) -> list[LabelledQuery]:
-    """Retrieval queries from labelled pairs whose questions are all indexed (one document per question).
-
-    Each positive pair (q1, q2) with q1 != q2 becomes a query: search q1, exclude q1's own document(s),
-    relevant = q2's document(s). Pairs whose questions are not in the index are skipped (logged).
-
-    Raises:
-        TuneError: unreadable pairs, or no positive pair found in the index.
-    """
-    from jingpai.reranker.data import DataFormatError, read_pairs
-
-    try:
-        pairs = read_pairs(path, label_mode="binary")
-    except DataFormatError as exc:
-        raise TuneError(f"cannot read labelled pairs: {exc}") from exc
-    ids = _text_ids(engine, index, text_field)
-    queries: list[LabelledQuery] = []
-    missing = 0
-    for pair in pairs:
-        if pair.label < 1 or pair.query == pair.document:
-            continue
-        if pair.query not in ids or pair.document not in ids:
-            missing += 1
-            continue
-        relevant = {doc: 1 for doc in ids[pair.document]}
-        queries.append(LabelledQuery(f"q{len(queries)}", pair.query, relevant, exclude=tuple(ids[pair.query])))
-    if missing:
-        logger.warning("%d positive pair(s) of %s have a question not indexed in %s (field %s): skipped", missing, path, index, text_field)
-    if not queries:
-        raise TuneError(f"no positive pair of {path} has both questions in index {index!r} (field {text_field!r})")
-    return queries
-
-
-def queries_from_trec(qrels_path: str | Path, queries_path: str | Path) -> list[LabelledQuery]:
-    """Queries from a TREC qrels file and a ``qid<TAB>text`` queries file (qrels name the index's ``_id``\\ s).
-
-    Raises:
-        TuneError: a missing or malformed file, or no query with a relevant document.
-    """
-    import ir_measures
-
-    relevant: dict[str, dict[str, int]] = defaultdict(dict)
-    try:
-        for qrel in ir_measures.read_trec_qrels(str(qrels_path)):
-            if qrel.relevance > 0:
-                relevant[qrel.query_id][qrel.doc_id] = int(qrel.relevance)
-        lines = Path(queries_path).read_text(encoding="utf-8").splitlines()
-    except (OSError, ValueError, IndexError) as exc:
-        raise TuneError(f"cannot read TREC qrels {qrels_path} / queries {queries_path}: {exc}") from exc
-    queries: list[LabelledQuery] = []
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        qid, sep, text = line.partition("\t")
-        if not sep or not text.strip():
-            raise TuneError(f"{queries_path}:{n}: expected 'qid<TAB>query text', got {line[:80]!r}")
-        if relevant.get(qid):
-            queries.append(LabelledQuery(qid, text.strip(), relevant[qid]))
-    if not queries:
-        raise TuneError(f"no query of {queries_path} has a relevant document in {qrels_path}")
-    return queries
 
 
 # ---------------------------------------------------------------------------------------------- measuring
@@ -282,7 +196,9 @@ def fetch_runs(
         hybrid = fetch_candidates(search, body, depth, qid=query.qid) if settings.hybrid else None
         return QueryRuns(query, engine, augmented, window, hybrid)
 
-    with httpx.Client(timeout=300, trust_env=False) as client, ThreadPoolExecutor(settings.concurrency) as pool:
+    # the gateway holds no credentials: the tuning's own go with every search, as a client's would
+    headers = settings.auth.headers() if settings.auth is not None else {}
+    with httpx.Client(timeout=300, trust_env=False, headers=headers) as client, ThreadPoolExecutor(settings.concurrency) as pool:
         return list(pool.map(lambda q: one(client, q), queries))
 
 
@@ -390,6 +306,7 @@ def run_tune(settings: TuneSettings, queries: Sequence[LabelledQuery], *, text_f
         "window": largest, "max_window": max(2 * settings.depth, largest, int(base.get("max_window", 500))),
         # tuning measures the model: a slow rerank must finish, not fail open
         "timeout_ms": max(int(base.get("timeout_ms", 0)), 300_000), "meta_ttl_s": 3600.0,
+        "engine_ca_file": settings.auth.ca_file if settings.auth is not None and settings.auth.ca_file else base.get("engine_ca_file"),
     })
     with serve(create_app(gateway_settings), name="gateway") as server:
         runs = fetch_runs(server.url, settings, queries, text_field=text_field)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from urllib.parse import quote
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -101,14 +102,25 @@ async def redirect_to_page(request: Request) -> Response:
 
 @api
 async def api_indices(request: Request) -> Response:
-    """The indices and aliases the engine holds (not the hidden/system ones), jingpai indices first."""
+    """The indices and aliases the engine lets the user read (not the hidden/system ones), jingpai indices first.
+
+    Everything is asked with the user's credentials. A secured engine refuses a user allowed only some indices
+    the listing of all of them (403): the list is then the default index alone, if the engine lets the user read
+    its mapping, else that refusal (never another index's name)."""
     ui = settings_of(request)
     async with gateway_client(request) as client:
         mappings = await client.get("/_mapping")
-        aliases = await client.get("/_alias")
+        only_default = mappings.status_code == 403 and bool(ui.default_index)
+        if only_default:
+            mappings = await client.get(f"/{quote(str(ui.default_index), safe='')}/_mapping")
+        else:
+            aliases = await client.get("/_alias")
     if mappings.status_code != 200:
         raise engine_error(mappings, "listing indices")
-    alias_map = aliases.json() if aliases.status_code == 200 else {}
+    if only_default:  # the default index's physical indices, listed under the name the UI was given
+        alias_map = {p: {"aliases": {ui.default_index: {}}} for p in mappings.json() if p != ui.default_index}
+    else:
+        alias_map = aliases.json() if aliases.status_code == 200 else {}
     choices: dict[str, IndexChoice] = {}
     for physical, body in sorted(mappings.json().items()):
         if physical.startswith("."):

@@ -53,15 +53,16 @@ class UiSettings:
 class UiError(JingpaiError):
     """A UI API error; ``status`` is the HTTP status it is answered with."""
 
-    def __init__(self, message: str, *, status: int = 400) -> None:
+    def __init__(self, message: str, *, status: int = 400, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.headers = headers or {}
 
 
 def error_response(exc: Exception) -> JSONResponse:
     """The one place that maps UI API exceptions to HTTP errors (``{"error": message}``)."""
     if isinstance(exc, UiError):
-        return JSONResponse({"error": str(exc)}, status_code=exc.status)
+        return JSONResponse({"error": str(exc)}, status_code=exc.status, headers=exc.headers)
     if isinstance(exc, ValidationError):
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or 'request'}: {err['msg']} (got {err.get('input')!r})" for err in exc.errors()
@@ -103,14 +104,19 @@ def gateway_client(request: Request) -> httpx.AsyncClient:
 
 
 def engine_error(resp: httpx.Response, what: str) -> UiError:
-    """The :class:`UiError` for a failed gateway/engine response (its reason; 400/404 kept, else 502)."""
+    """The :class:`UiError` for a failed gateway/engine response (its reason; 400/401/403/404 kept, else 502).
+
+    A secured engine's 401 keeps its ``WWW-Authenticate`` challenge, so a browser asks the user to sign in and sends
+    those credentials with the page's next requests (which the gateway forwards to the engine)."""
     try:
         error = resp.json().get("error")
         reason = error.get("reason") if isinstance(error, dict) else error
     except (ValueError, AttributeError):
         reason = resp.text[:300]
-    status = resp.status_code if resp.status_code in (400, 404) else 502
-    return UiError(f"{what} failed: HTTP {resp.status_code}: {reason}", status=status)
+    status = resp.status_code if resp.status_code in (400, 401, 403, 404) else 502
+    challenge = resp.headers.get("www-authenticate") if status == 401 else None
+    return UiError(f"{what} failed: HTTP {resp.status_code}: {reason}", status=status,
+                   headers={"www-authenticate": challenge} if challenge else None)
 
 
 __all__ = ["UiError", "UiSettings", "api", "engine_error", "error_response", "gateway_client", "settings_of"]

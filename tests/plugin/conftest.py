@@ -269,3 +269,12 @@ def gateway_answers_for(node: Engine, index: str, dict_dir: Path, searches: Sear
         finally:
             server.stop()
     return answers
+
+
+@pytest.fixture(scope="session")
+def secured(opensearch_secured, dictionary, rerank_model, service_settings, tmp_path_factory: pytest.TempPathFactory):
+    """The secured node's index, users (``one``, ``dls``, ``nomap``, ``nosearch``), captured rerank service and gateway
+    (with the UI), shared by every secured test (:func:`tests.plugin.secured.secured_cluster`)."""
+    from tests.plugin.secured import secured_cluster
+
+    yield from secured_cluster(opensearch_secured, dictionary, rerank_model, service_settings, tmp_path_factory.mktemp("secured"))
