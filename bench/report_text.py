@@ -108,6 +108,14 @@ about half the queries, kNN's top 20 holds it for {afqmc.knn - afqmc.hybrid.bm25
 hybrid adds nothing that matters. A reranked hybrid search takes {cost.hybrid-rerank - cost.bm25-rerank:p50 ms} ms at p50 over BM25 + rerank, and indexing
 with vectors runs at 0.1–0.3× the text-only rate on short questions (docs/indexing.md). Turn it on for recall-bound
 collections with an embedder trained on in-domain pairs: with the untrained USE embedder AFQMC's kNN was weaker.
+
+**The pretrained Chinese BERT as the embedder** (issue 52; bge-small-zh-v1.5 untrained, `jingpai index --vectors
+bge-small-zh`, Elasticsearch): on AFQMC its kNN alone reaches P@10 {afqmc.bge-knn:P@10} (hit@20 {afqmc.bge-knn:hit@20}),
+above zh-emb's kNN ({afqmc.knn:P@10}) and above every reranked row, and hybrid with the default RRF {afqmc.bge-hybrid:P@10}
+(BM25's list pulls the fusion below kNN alone on this set); on BQ it is weaker than the in-domain zh-emb (kNN hit@20
+{bq.bge-knn:hit@20} against {bq.knn:hit@20}). Fine-tuning it here did not help AFQMC: half an epoch on AFQMC + BQ train
+pairs in 50 minutes on the 2-core CPU (recipe `fin-bge-emb`) scored kNN P@10 .524 on AFQMC dev against the untrained
+.550 (exact cosine over the dev questions), and .295 against .277 on BQ.
 """
 
 PAPERS = """## 4. The papers' models against their claims

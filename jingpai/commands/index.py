@@ -68,7 +68,7 @@ RUN_OPTIONS: dict[str, Opt] = {
     "progress": Opt(flag="--no-progress", negate=True, help="No progress bar."),
     "concurrency": Opt(type=click.IntRange(min=1), help="Bulk requests in flight at once."),
     "vectors": Opt(metavar="MODEL", type=ModelDir(exists=False),
-                   help="A saved bi-encoder (use-bi): one vector per document, indexed for kNN search "
+                   help="A saved bi-encoder (bi, use-bi) or a pretrained encoder's name (bge-small-zh): one vector per document, indexed for kNN search "
                         "(OpenSearch needs `jingpai engine up --plugins knn`; with --spark the folder is shipped to the executors)."),
     "vector_chunking": Opt(help="With --vectors, text longer than the model's window: embed its first window, "
                                 "or the mean of its windows."),

@@ -41,7 +41,8 @@ from jingpai.reranker.identity import digest, model_id
 logger = logging.getLogger(__name__)
 
 #: what --vectors expects, quoted by every load error
-EXPECTED = "a saved bi-encoder folder (`jingpai train --model use-bi … --out DIR`: jingpai_model.json and model.pt)"
+EXPECTED = ("a saved bi-encoder folder (`jingpai train --model bi|use-bi … --out DIR`: jingpai_model.json and model.pt) "
+            "or a pretrained encoder's name (bge-small-zh, after `jingpai models pull bge-small-zh`)")
 #: texts per forward pass: use-bi's encoder embeds 64-piece windows 1.7x faster on CPU in batches of 128
 #: than of 32 (its encode() default), measured on 2 busy cores; a document batch holds 500 texts or more
 ENCODE_BATCH = 128
@@ -165,8 +166,12 @@ def load_embedder(path: str | Path, *, device: str | None = None) -> ModelEmbedd
             vectors; the message names the path and what was expected.
     """
     from jingpai.reranker.base import ModelLoadError, Reranker
+    from jingpai.reranker.pretrained import PretrainedError, resolve
 
-    folder = Path(path)
+    try:  # a catalogue name (bge-small-zh) embeds zero-shot, as `jingpai serve --model bge-small-zh` does
+        folder = resolve(path)
+    except PretrainedError as exc:
+        raise EmbedderLoadError(f"--vectors {path}: {exc}") from exc
     if not folder.is_dir():
         raise EmbedderLoadError(f"--vectors {folder}: no such folder; expected {EXPECTED}")
     try:

