@@ -1,7 +1,7 @@
 """The rest of jingpai's paths on the secured OpenSearch node, each as one user of tests/plugin/secured.py: ``jingpai
-tune`` (its in-process gateway sends the user's credentials and trusts the node's CA), ``jingpai index status``, and
-the demo UI's index list and search (``jingpai gateway --ui``). Each answers what the engine gives that user and never
-names a document, field or index the user may not see.
+tune`` (its in-process gateway sends the user's credentials and trusts the node's CA), ``jingpai index status``,
+the demo UI's index list and search (``jingpai gateway --ui``) and hybrid kNN through the gateway. Each answers what
+the engine gives that user and never names a document, field or index the user may not see.
 """
 
 from __future__ import annotations
