@@ -110,6 +110,20 @@ def _assert_same_hits(mine: dict, gateway: dict, what: str) -> None:
         assert hit["_source"] == ref["_source"], f"{what}: {hit['_id']}"
 
 
+def _assert_same_hit_info(info: dict, gateway: dict, what: str) -> None:
+    """X-Jingpai's ``hits``: each page hit's gateway ``_jingpai`` in the page's order (engine rank, engine and model
+    scores within 1e-5; null for a hit past the window, which the gateway gives none)."""
+    ref = [h.get("_jingpai") for h in gateway["hits"]["hits"]]
+    assert len(info["hits"]) == len(ref) and any(ref), (what, info["hits"])
+    for mine, theirs in zip(info["hits"], ref):
+        if theirs is None:
+            assert mine is None, (what, info["hits"])
+            continue
+        assert mine["engine_rank"] == theirs["engine_rank"], (what, mine, theirs)
+        for key in ("engine_score", "model_score"):
+            assert mine[key] == pytest.approx(theirs[key], rel=0, abs=1e-5), (what, key, mine, theirs)
+
+
 def test_the_node_loads_the_plugin_on_the_basic_licence(node: Engine) -> None:
     assert "jingpai" in harness.loaded_plugins(node.url)
     assert node.request("GET", "/_license")["license"]["type"] == "basic"
@@ -154,6 +168,8 @@ def test_rerank_matches_the_gateway(node: Engine, index: str, gateway_answers, r
         if ref_info["reranked"]:
             assert info["fusion"] == ref_info["fusion"] and info["window"] == ref_info["window"], body
         _assert_same_hits(mine, reference, f"{fusion} {body}")
+        if ref_info["reranked"]:
+            _assert_same_hit_info(info, reference, f"{fusion} {body}")
         reordered += ids(mine) != ids(gateway_answers[("augment", i)])
     assert reordered > 0, "the reranker changed no page: the comparison would not see a fusion bug"
     assert across == 1, "the page across the window's end is in score order: it would not see a re-sort by score"
@@ -201,6 +217,27 @@ def test_a_stopped_or_unreachable_reranker_fails_open(node: Engine, index: str, 
             assert info["reranked"] is False and info["reason"] == reference["jingpai"]["reason"] == DEAD_REASONS[i], (name, i, info)
             _assert_same_hits(mine, reference, f"{name} {body}")
             _assert_same_hits(mine, gateway_answers[("augment", i)], f"{name} {body}")
+
+
+def test_inside_a_compound_retriever_it_augments_but_refuses_to_rerank(node: Engine, index: str, gateway_answers, reranker_url: str,
+                                                                      dictionary) -> None:
+    """Nested in Elasticsearch's own compound ``rescorer`` retriever (server, Basic): a reranking ``jingpai`` retriever is
+    HTTP 400 naming why (the outer retriever's second search would re-sort the gateway's page); one with ``"mode":
+    "augment"`` becomes its augmented inner retriever, the gateway's augment page (a rescore of weight 0 keeps it)."""
+    _, dict_dir = dictionary
+    body = QUERIES[0]
+    rescore = {"window_size": 10, "query": {"rescore_query": {"match_all": {}}, "query_weight": 1.0, "rescore_query_weight": 0.0}}
+    for mode, extra in (("rerank", ("--reranker", reranker_url)), ("augment", ("--mode", "augment"))):
+        inner = copy.deepcopy(_retriever(node, index, dict_dir, *extra)["retriever"])
+        inner["jingpai"]["retriever"] = {"standard": {"query": body["query"]}}
+        resp = httpx.post(f"{node.url}/{index}/_search", json={"retriever": {"rescorer": {"retriever": inner, "rescore": rescore}}},
+                          timeout=120)
+        if mode == "rerank":
+            assert resp.status_code == 400, resp.text
+            assert "[jingpai] retriever: cannot rerank inside another retriever" in resp.json()["error"]["reason"], resp.text
+        else:
+            assert resp.status_code == 200, resp.text
+            assert ids(resp.json()) == ids(gateway_answers[("augment", 0)]), resp.text
 
 
 def test_the_cli_refuses_what_it_cannot_serve(node: Engine, index: str, reranker_url: str, dictionary) -> None:

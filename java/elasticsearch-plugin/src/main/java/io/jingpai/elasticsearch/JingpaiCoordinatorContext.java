@@ -148,8 +148,31 @@ final class JingpaiCoordinatorContext extends RankFeaturePhaseRankCoordinatorCon
         extra.put("model", model);
         extra.put("took_rerank_ms", took);
         extra.put("fusion", plan.fusion().describe());
+        extra.put("hits", pageHits(order, first));
         info.putAll(extra);
         tell(info);
         return out;
+    }
+
+    /**
+     * The gateway's per-hit {@code _jingpai} of the page's hits (from/size of the phase's order), in the page's order:
+     * {@code engine_score}, {@code engine_rank}, {@code model_score} of a reranked hit, null for one past the window. The
+     * hits of an Elasticsearch response cannot carry an object of the plugin's, so X-Jingpai carries them.
+     */
+    private List<Object> pageHits(List<Window.Placed> order, Double[] first) {
+        List<Object> hits = new ArrayList<>();
+        for (int i = plan.from(); i < Math.min(order.size(), plan.from() + plan.size()); i++) {
+            Window.Placed placed = order.get(i);
+            if (!placed.reranked()) {
+                hits.add(null);
+                continue;
+            }
+            Map<String, Object> hit = new LinkedHashMap<>();
+            hit.put("engine_score", first[placed.input()]);
+            hit.put("engine_rank", placed.engineRank());
+            hit.put("model_score", placed.modelScore());
+            hits.add(hit);
+        }
+        return hits;
     }
 }

@@ -85,6 +85,10 @@ public final class JingpaiRetrieverBuilder extends RetrieverBuilder {
 
     @SuppressWarnings("unchecked")
     public static JingpaiRetrieverBuilder fromXContent(XContentParser parser, RetrieverParserContext context) throws IOException {
+        if (parser.currentToken() == XContentParser.Token.FIELD_NAME && NAME.equals(parser.currentName())) {
+            // nested in another retriever (its named-object field), the parser is on our name, not yet on our object
+            parser.nextToken();
+        }
         Map<String, Object> body = new LinkedHashMap<>(parser.map());
         Object inner = body.get("retriever");
         if (!(inner instanceof Map<?, ?> innerMap) || innerMap.size() != 1 || !(innerMap.values().iterator().next() instanceof Map<?, ?>)) {
