@@ -14,7 +14,7 @@ Stages (each timed alone, best of ``--rounds``; per-text caches are cleared befo
 text is new, as a fresh request's documents are):
 
 * ``measure`` — the service's :class:`~jingpai.reranker.service.TextMeasure` counting and cutting the query
-  and the documents (``cut_encodings``);
+  and the documents (``cut_request``: one read of both; ``cut_encodings`` of each on code without it);
 * ``prepare`` — the service's whole request preparation (``RerankService._prepare``: measure, cut, pairs,
   joined token ids where the model reads them);
 * ``input`` — the model input of the prepared pairs (``featurize_encodings`` of the joined token ids, else
@@ -141,6 +141,9 @@ def measure_family(model, requests: Sequence[Request], *, rounds: int, batch: in
 
     def measure() -> None:
         for query, docs in requests:
+            if hasattr(m, "cut_request"):  # one read of the query and its documents (a baseline checkout may lack it)
+                m.cut_request(query, docs, doc_cap=lambda q: max(service.max_length, q + 1), most=max(service.max_length, len(query) + 1))  # noqa: B023
+                continue
             (q_tokens, _end, q_more, _), = m.cut_encodings([query], cap=1 << 30)
             m.cut_encodings(docs, cap=max(service.max_length, q_tokens + q_more + 1))
 

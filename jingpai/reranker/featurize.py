@@ -24,6 +24,7 @@ class TextIds:
         tokens: the text's token count, counted up to ``cap + 1`` at least (exact where ``more`` is false).
         more: the text has more than ``cap`` tokens.
         starts, ends: ``int64 [k]`` each kept token's character span in the text (``None`` unless asked).
+        stop: where the kept tokens end, where only that was asked (``end=True``: no per-token spans).
     """
 
     ids: np.ndarray
@@ -31,14 +32,17 @@ class TextIds:
     more: bool
     starts: np.ndarray | None = None
     ends: np.ndarray | None = None
+    stop: int | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
 
     @property
     def end(self) -> int:
-        """Character offset where the kept tokens end (0: none kept); needs offsets."""
-        assert self.ends is not None, "TextIds.end needs offsets=True"
+        """Character offset where the kept tokens end (0: none kept); needs offsets (or ``end=True``)."""
+        if self.stop is not None:
+            return self.stop
+        assert self.ends is not None, "TextIds.end needs offsets=True or end=True"
         return int(self.ends[-1]) if len(self.ends) else 0
 
 

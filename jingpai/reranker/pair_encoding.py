@@ -13,6 +13,7 @@ ids for the whole batch at once (:meth:`PairEncoder.pack`).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -42,7 +43,25 @@ class JoinedPair:
         return len(self.ids)
 
 
-@dataclass(frozen=True)
+class CutPair:
+    """A pair as two side reads and how many tokens of each the longest-first cut keeps (:meth:`PairEncoder.join` of
+    :class:`~jingpai.reranker.featurize.TextIds`): nothing is copied per pair; :meth:`PairEncoder.tensors` lays a
+    batch of them into the pair template at once (:meth:`joined`: one pair's :class:`JoinedPair`)."""
+
+    __slots__ = ("d_keep", "document", "length", "q_keep", "query", "template")
+
+    def __init__(self, query: TextIds, document: TextIds, q_keep: int, d_keep: int, template: _Template) -> None:
+        self.query, self.document, self.q_keep, self.d_keep, self.template = query, document, q_keep, d_keep, template
+        self.length = q_keep + d_keep + template.added
+
+    def __len__(self) -> int:
+        return self.length
+
+    def joined(self) -> JoinedPair:
+        return self.template.join(self.query.ids[: self.q_keep], self.document.ids[: self.d_keep])
+
+
+@dataclass(frozen=True, eq=False)
 class _Template:
     """A tokenizer's pair template as token ids: ``pre`` query ``mid`` document ``post``, with type ids."""
 
@@ -52,9 +71,14 @@ class _Template:
     query_type: int
     document_type: int
 
-    @property
+    @functools.cached_property
     def added(self) -> int:
         return sum(len(ids) for ids, _ in (self.pre, self.mid, self.post))
+
+    @functools.cached_property
+    def signature(self) -> tuple[Any, ...]:
+        """The template as plain values (two tokenizers' copies of one template have the same)."""
+        return (*(tuple(a.tolist()) for part in (self.pre, self.mid, self.post) for a in part), self.query_type, self.document_type)
 
     def join(self, query: Sequence[int], document: Sequence[int]) -> JoinedPair:
         ids = np.concatenate([self.pre[0], np.asarray(query, dtype=np.int64), self.mid[0], np.asarray(document, dtype=np.int64), self.post[0]])
@@ -172,15 +196,19 @@ class PairEncoder:
         """Whether text is read by array lookups (:class:`~jingpai.reranker.wordpiece.WordPieceIds`), not the Rust tokenizer."""
         return self._wp is not None and self.templated
 
-    def side_ids(self, texts: Sequence[str], *, cap: int, offsets: bool = False) -> list[TextIds]:
-        """Each text's first ``cap`` ids (no special tokens), by array lookups where :attr:`reads_ids`.
+    def side_ids(self, texts: Sequence[str], *, cap: int | Sequence[int], offsets: bool = False) -> list[TextIds]:
+        """Each text's first ``cap`` ids (no special tokens; ``cap``: one for all, or one per text), by array lookups
+        where :attr:`reads_ids`.
 
         Raises:
             TypeError: the tokenizer cannot encode a text (a lone surrogate).
         """
         if self._wp is not None:
             return require_read(self._wp.encode(texts, cap=cap, offsets=offsets), texts)
-        return require_read(rust_ids(self._truncating(1 << 30), texts, cap=cap, offsets=offsets), texts)
+        if isinstance(cap, int):
+            return require_read(rust_ids(self._truncating(1 << 30), texts, cap=cap, offsets=offsets), texts)
+        backend = self._truncating(1 << 30)
+        return require_read([rust_ids(backend, [t], cap=int(c), offsets=offsets)[0] for t, c in zip(texts, cap, strict=True)], texts)
 
     def cut_sides(self, pairs: Sequence[Pair], *, max_length: int, offsets: bool = False,
                   ) -> tuple[list[TextIds], list[TextIds], np.ndarray, np.ndarray] | None:
@@ -192,12 +220,14 @@ class PairEncoder:
             return None
         budget = max_length - template.added
         distinct = list(dict.fromkeys(q for q, _ in pairs))
-        q_read = dict(zip(distinct, self.side_ids(distinct, cap=1 << 30, offsets=offsets), strict=True))
+        # one read of the queries (whole) and the documents: past ``budget`` tokens, or its query's length (at most its
+        # characters), a document's length changes nothing longest-first keeps of either side
+        caps = [1 << 30] * len(distinct) + [max(budget, len(q) + 1) for q, _ in pairs]
+        reads = self.side_ids([*distinct, *(d for _, d in pairs)], cap=caps, offsets=offsets)
+        q_read = dict(zip(distinct, reads[: len(distinct)], strict=True))
         queries = [q_read[q] for q, _ in pairs]
+        docs = reads[len(distinct) :]
         q_len = np.fromiter((e.tokens for e in queries), dtype=np.int64, count=len(pairs))
-        # past this many tokens a document's length changes nothing longest-first keeps of either side
-        cap = int(np.maximum(budget - np.minimum(q_len, budget // 2), q_len + 1).max(initial=1))
-        docs = self.side_ids([d for _, d in pairs], cap=cap, offsets=offsets)
         d_len = np.fromiter((e.tokens for e in docs), dtype=np.int64, count=len(pairs))
         q_keep, d_keep = longest_first_arrays(q_len, d_len, budget)
         return queries, docs, q_keep, d_keep
@@ -256,11 +286,22 @@ class PairEncoder:
                     encoding.truncate(tokens)
             return self._truncating(max_length).post_process(query, document, add_special_tokens=True)
         q_keep, d_keep = longest_first(q_len, d_len, max_length - template.added)
+        if isinstance(query, TextIds) and isinstance(document, TextIds):
+            return CutPair(query, document, q_keep, d_keep, template)  # laid out with its batch (tensors)
         return template.join(query.ids[:q_keep], document.ids[:d_keep])
 
     def tensors(self, encodings: Sequence[Any]) -> dict[str, torch.Tensor]:
         """Input tensors of pair encodings (from :meth:`encode` or :meth:`join`), right-padded to the longest."""
         self._fast_only()
+        template = self._learned_template()
+        if encodings and template is not None and all(type(e) is CutPair and (e.template is template or e.template.signature == template.signature)
+                                                      for e in encodings):
+            # a batch of cut reads (the service's measured pairs): one concatenation, as predict's packed_tensors
+            q_keep = np.fromiter((e.q_keep for e in encodings), dtype=np.int64, count=len(encodings))
+            d_keep = np.fromiter((e.d_keep for e in encodings), dtype=np.int64, count=len(encodings))
+            ids, types, lengths = template.pack([e.query.ids for e in encodings], [e.document.ids for e in encodings], q_keep, d_keep)
+            return self._padded({"ids": ids, "type_ids": types}, lengths)
+        encodings = [e.joined() if type(e) is CutPair else e for e in encodings]
         lengths = np.fromiter((len(e) for e in encodings), dtype=np.int64, count=len(encodings))
         flat = {field: np.concatenate([np.asarray(getattr(e, field), dtype=np.int64) for e in encodings]) if len(encodings)
                 else np.zeros(0, dtype=np.int64) for field in ("ids", "type_ids")}
@@ -356,4 +397,4 @@ def longest_first_arrays(query: np.ndarray, doc: np.ndarray, budget: int) -> tup
     return q_keep.astype(np.int64), d_keep.astype(np.int64)
 
 
-__all__ = ["JoinedPair", "PairEncoder", "longest_first", "longest_first_arrays"]
+__all__ = ["CutPair", "JoinedPair", "PairEncoder", "longest_first", "longest_first_arrays"]

@@ -29,6 +29,7 @@ import functools
 import itertools
 import json
 import logging
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,7 +43,9 @@ logger = logging.getLogger(__name__)
 SPACE, SINGLE, WORD, OTHER = 0, 1, 2, 3
 #: characters read of a long text at first, per token wanted: of an ASCII text, and of any other (CJK: about
 #: one a token); grown 4x for the texts it is too short for
-PREFIX_CHARS_PER_TOKEN = {"ascii": 6.0, "other": 1.5}
+PREFIX_CHARS_PER_TOKEN = {"ascii": 6.0, "other": 1.25}
+#: characters read past that (for the word cut at the prefix's end, and short texts)
+PREFIX_EXTRA_CHARS = 32
 #: words kept in a tokenizer's word cache before it is cleared (about 100 bytes each)
 WORD_CACHE_SIZE = 200_000
 
@@ -125,6 +128,10 @@ class WordPieceIds:
         self._tok.no_truncation()
         self._tok.no_padding()
         self._added = tuple(t.content for t in self._tok.get_added_tokens_decoder().values() if t.content)
+        #: how far past a prefix an added token starting inside it can reach
+        self._added_reach = max((len(a) for a in self._added), default=1) - 1
+        #: finds an added token's text in ``text[start:end]`` (one call: 7x cheaper than a test per token)
+        self._added_search = re.compile("|".join(map(re.escape, self._added))).search if self._added else None
         singles = np.flatnonzero(classes == SINGLE)
         encs = self._tok.encode_batch_fast([chr(int(c)) for c in singles], add_special_tokens=False)
         self._single_id = np.full(0x10000, -1, dtype=np.int64)
@@ -170,34 +177,54 @@ class WordPieceIds:
 
     # ------------------------------------------------------------------ encoding
 
-    def encode(self, texts: Sequence[str], *, cap: int, offsets: bool = False) -> list[TextIds | None]:
+    def encode(self, texts: Sequence[str], *, cap: int | Sequence[int], offsets: bool = False, end: bool = False,
+               ) -> list[TextIds | None]:
         """Per text: its first ``cap`` token ids (no special tokens), its token count (exact up to
-        ``cap + 1``), whether it has more than ``cap``, and with ``offsets`` each kept token's span; ``None``
-        for a text the tokenizer refuses (a lone surrogate)."""
+        ``cap + 1``), whether it has more than ``cap``, with ``offsets`` each kept token's span and with ``end``
+        only where the kept tokens end (:attr:`TextIds.end`, without every token's span); ``None`` for a text
+        the tokenizer refuses (a lone surrogate). ``cap``: one for every text, or one per text (a request's
+        query whole and its documents cut, in one pass)."""
         out: list[TextIds | None] = [None] * len(texts)
+        caps = np.full(len(texts), cap, dtype=np.int64) if isinstance(cap, int) else np.asarray(cap, dtype=np.int64).reshape(-1)
+        if len(caps) != len(texts):
+            raise ValueError(f"cap holds {len(caps)} values for {len(texts)} texts")
         todo = list(range(len(texts)))
-        want = min(cap, 1 << 24)
-        chars = {i: int(PREFIX_CHARS_PER_TOKEN["ascii" if texts[i][: 6 * want + 64].isascii() else "other"] * want) + 64 for i in todo}
+        chars = {}
+        for i in todo:
+            want = min(int(caps[i]), 1 << 24)
+            text = texts[i]
+            # (a short slice first: most texts that are not ASCII show it in their first characters)
+            kind = "ascii" if text[:64].isascii() and text[: 6 * want + 64].isascii() else "other"
+            chars[i] = int(PREFIX_CHARS_PER_TOKEN[kind] * want) + PREFIX_EXTRA_CHARS
         rust: list[int] = []
         while todo:
-            todo = self._encode_prefixes(texts, todo, chars, cap, offsets, out, rust)
+            todo = self._encode_prefixes(texts, todo, chars, caps, offsets, end, out, rust)
             for i in todo:
                 chars[i] *= 4
-        if rust:
-            for i, read in zip(rust, rust_ids(self._tok, [texts[i] for i in rust], cap=cap, offsets=offsets), strict=True):
-                out[i] = read
+        for i in rust:
+            read = rust_ids(self._tok, [texts[i]], cap=int(caps[i]), offsets=offsets or end)[0]
+            if read is not None and end and not offsets:
+                read = TextIds(read.ids, read.tokens, read.more, stop=read.end)
+            out[i] = read
         return out
 
     # long: the one vectorised pass over a request's prefixes; its steps share the arrays they build
-    def _encode_prefixes(self, texts: Sequence[str], todo: list[int], chars: dict[int, int], cap: int, offsets: bool,
-                         out: list[TextIds | None], rust: list[int]) -> list[int]:
+    def _encode_prefixes(self, texts: Sequence[str], todo: list[int], chars: dict[int, int], caps: np.ndarray, offsets: bool,
+                         end: bool, out: list[TextIds | None], rust: list[int]) -> list[int]:
         """Encode ``texts[todo]`` from their first ``chars[i]`` characters; returns those whose prefix held too
-        few settled tokens (to retry longer); appends those the tables cannot read to ``rust``."""
+        few settled tokens (to retry longer); appends those the tables cannot read to ``rust``.
+
+        Every character gets its token count (1 for a one-token word, the word's count at a longer word's first
+        character, 0 elsewhere); their running sum places every token, and each prefix's tokens are the range
+        between its first and last character's sums."""
         pieces: list[str] = []
         kept: list[int] = []
+        added, reach = self._added_search, self._added_reach
         for i in todo:
             text = texts[i]
-            if self._added and any(a in text for a in self._added):
+            # an added token's text (typed "[SEP]") is one token the tables do not know: the Rust tokenizer reads
+            # that text; one cut by the prefix's end would change the tokens before it, so look a little past it
+            if added is not None and added(text, 0, chars[i] + reach) is not None:
                 rust.append(i)
                 continue
             pieces.append(text[: chars[i]])
@@ -214,77 +241,98 @@ class WordPieceIds:
                 return []
             retry = []
             for i in kept:
-                retry += self._encode_prefixes(texts, [i], chars, cap, offsets, out, rust)
+                retry += self._encode_prefixes(texts, [i], chars, caps, offsets, end, out, rust)
             return retry
-        lens = np.fromiter((len(p) for p in pieces), dtype=np.int64, count=len(pieces))
-        starts = np.concatenate([[0], np.cumsum(lens + 1)[:-1]])  # each prefix's first character in ``joined``
-        wide = cp >= 0x10000
-        cls = self._classes[np.where(wide, 0, cp)]
-        if wide.any():
-            cls[wide] = self._astral_info(cp[wide])[0]
+        n_texts = len(kept)
+        lens = np.fromiter(map(len, pieces), dtype=np.int64, count=n_texts)
+        stops = np.cumsum(lens + 1) - 1  # each prefix's end (its separator) in ``joined``
+        starts = stops - lens
+        wide = bool(len(cp)) and int(cp.max()) >= 0x10000
+        if wide:
+            far = cp >= 0x10000
+            cls = self._classes[np.where(far, 0, cp)]
+            cls[far] = self._astral_info(cp[far])[0]
+        else:
+            cls = self._classes[cp]
         other = np.flatnonzero(cls == OTHER)
-        bad_text = np.zeros(len(kept), dtype=bool)
+        bad_text = np.zeros(n_texts, dtype=bool)
         if len(other):
             bad_text[np.searchsorted(starts, other, side="right") - 1] = True
-        word = cls == WORD
-        prev_word = np.concatenate([[False], word[:-1]])
-        next_word = np.concatenate([word[1:], [False]])
-        run_start = np.flatnonzero(word & ~prev_word)
-        run_end = np.flatnonzero(word & ~next_word) + 1
+        word = (cls == WORD).view(np.int8)
+        edge = np.diff(word, prepend=np.int8(0), append=np.int8(0))
+        run_start = np.flatnonzero(edge == 1)
+        run_end = np.flatnonzero(edge == -1)
         single = np.flatnonzero(cls == SINGLE)
-        # segments in text order: single characters (one token each) and word runs (their cached ids)
-        seg_pos = np.concatenate([single, run_start])
-        order = np.argsort(seg_pos, kind="stable")
-        seg_pos = seg_pos[order]
-        is_run = order >= len(single)
         words = [joined[s:e] for s, e in zip(run_start.tolist(), run_end.tolist(), strict=True)]
         entries = self._lookup(words)
         run_counts = np.fromiter((len(e[0]) for e in entries), dtype=np.int64, count=len(entries))
-        counts = np.ones(len(seg_pos), dtype=np.int64)
-        counts[is_run] = run_counts[order[is_run] - len(single)]
-        seg_text = np.searchsorted(starts, seg_pos, side="right") - 1
-        # a word touching the end of a cut prefix may go on past it: it and what follows are not settled
-        prefix_cut = np.fromiter((len(texts[i]) > chars[i] for i in kept), dtype=bool, count=len(kept))
-        seg_end = seg_pos + 1
-        seg_end[is_run] = run_end[order[is_run] - len(single)]
-        unsettled = is_run & prefix_cut[seg_text] & (seg_end == (starts + lens)[seg_text])
-        # token ids of every segment, flattened in order
+        # before[c]: tokens before character c (one slot more: ``before[len(cp)]`` is the total)
+        tcount = np.zeros(len(cp) + 1, dtype=np.int64)
+        tcount[single + 1] = 1
+        tcount[run_start + 1] = run_counts
+        before = np.cumsum(tcount)
+        total = int(before[-1])
+        single_at = before[single]
+        run_at = before[run_start]
         run_ids = np.fromiter(itertools.chain.from_iterable(e[0] for e in entries), dtype=np.int64, count=int(run_counts.sum()))
+        run_pos = (np.repeat(run_at - (np.cumsum(run_counts) - run_counts), run_counts) + np.arange(len(run_ids))) if len(run_ids) else run_at[:0]
         single_cp = cp[single]
-        single_ids = self._single_id[np.minimum(single_cp, 0xFFFF)]
-        if wide.any():
+        if wide:
             far = single_cp >= 0x10000
+            single_ids = self._single_id[np.where(far, 0, single_cp)]
             single_ids[far] = self._astral_info(single_cp[far])[1]
-        tok_ids = _scatter(single_ids, run_ids, run_counts, order, is_run, counts)
+        else:
+            single_ids = self._single_id[single_cp]
+        tok_ids = np.empty(total, dtype=np.int64)
+        tok_ids[single_at] = single_ids
+        tok_ids[run_pos] = run_ids
         if offsets:
-            run_rel_s = np.fromiter(itertools.chain.from_iterable(e[1] for e in entries), dtype=np.int64, count=len(run_ids))
-            run_rel_e = np.fromiter(itertools.chain.from_iterable(e[2] for e in entries), dtype=np.int64, count=len(run_ids))
             run_base = np.repeat(run_start, run_counts)
-            tok_s = _scatter(single, run_base + run_rel_s, run_counts, order, is_run, counts)
-            tok_e = _scatter(single + 1, run_base + run_rel_e, run_counts, order, is_run, counts)
-        tok_text = np.repeat(seg_text, counts)
-        # per text: the tokens before its first unsettled segment
-        first_bad = np.full(len(kept), np.iinfo(np.int64).max)
-        if unsettled.any():
-            np.minimum.at(first_bad, seg_text[unsettled], np.cumsum(counts)[unsettled] - counts[unsettled])
-        bounds = np.searchsorted(tok_text, np.arange(len(kept) + 1))
+            tok_s = np.empty(total, dtype=np.int64)
+            tok_e = np.empty(total, dtype=np.int64)
+            tok_s[single_at], tok_e[single_at] = single, single + 1
+            if len(run_ids):
+                tok_s[run_pos] = run_base + np.fromiter(itertools.chain.from_iterable(e[1] for e in entries), dtype=np.int64, count=len(run_ids))
+                tok_e[run_pos] = run_base + np.fromiter(itertools.chain.from_iterable(e[2] for e in entries), dtype=np.int64, count=len(run_ids))
+        lo_all, hi_all = before[starts], before[stops]
+        # a word touching the end of a cut prefix may go on past it: its tokens and what follows are not settled
+        prefix_cut = np.fromiter((len(texts[i]) > chars[i] for i in kept), dtype=bool, count=n_texts)
+        open_end = prefix_cut & (lens > 0)
+        if open_end.any():
+            last = stops[open_end] - 1
+            open_end[open_end] = word[last] == 1
+        if open_end.any():
+            run_of = np.searchsorted(run_start, stops[open_end] - 1, side="right") - 1
+            hi_all[open_end] = np.minimum(hi_all[open_end], run_at[run_of])
         retry: list[int] = []
+        lo_list, hi_list, base_list, cap_list = lo_all.tolist(), hi_all.tolist(), starts.tolist(), caps[kept].tolist()
         for t, i in enumerate(kept):
             if bad_text[t]:
                 rust.append(i)
                 continue
-            lo, hi = int(bounds[t]), min(int(bounds[t + 1]), int(first_bad[t]))
+            lo, hi, cap = lo_list[t], hi_list[t], cap_list[t]
             if prefix_cut[t] and hi - lo <= cap:  # too few settled tokens in this prefix to tell: a longer one
                 retry.append(i)
                 continue
             n = hi - lo
             k = min(n, cap)
-            base = int(starts[t])
-            out[i] = TextIds(
-                tok_ids[lo : lo + k], n, n > cap,
-                (tok_s[lo : lo + k] - base) if offsets else None, (tok_e[lo : lo + k] - base) if offsets else None,
-            )
+            base = base_list[t]
+            if offsets:
+                out[i] = TextIds(tok_ids[lo : lo + k], n, n > cap, tok_s[lo : lo + k] - base, tok_e[lo : lo + k] - base)
+            elif end:
+                out[i] = TextIds(tok_ids[lo : lo + k], n, n > cap, stop=self._token_end(lo + k - 1, before, cls, run_start, entries) - base if k else 0)
+            else:
+                out[i] = TextIds(tok_ids[lo : lo + k], n, n > cap)
         return retry
+
+    @staticmethod
+    def _token_end(g: int, before: np.ndarray, cls: np.ndarray, run_start: np.ndarray, entries: list[Any]) -> int:
+        """Where token ``g`` of a pass ends (a character offset in its joined text)."""
+        c = int(np.searchsorted(before, g, side="right")) - 1  # the character whose tokens hold token g
+        if cls[c] == SINGLE:
+            return c + 1
+        j = int(np.searchsorted(run_start, c))  # c starts a word run
+        return c + entries[j][2][g - int(before[c])]
 
     def _astral_info(self, cps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(classes, single ids)`` of characters outside the BMP (probed on first sight, then remembered)."""
@@ -310,21 +358,6 @@ class WordPieceIds:
                 cache[w] = (tuple(enc.ids), tuple(s for s, _ in spans), tuple(e for _, e in spans))
             found = [f if f is not None else cache[w] for w, f in zip(words, found, strict=True)]
         return found  # type: ignore[return-value]
-
-
-def _scatter(single_vals: np.ndarray, run_vals: np.ndarray, run_counts: np.ndarray, order: np.ndarray, is_run: np.ndarray,
-             counts: np.ndarray) -> np.ndarray:
-    """Per-token values in text order from the single characters' values and the word runs' flattened values."""
-    out = np.empty(int(counts.sum()), dtype=np.int64)
-    seg_first = np.cumsum(counts) - counts  # each segment's first token
-    out[seg_first[~is_run]] = single_vals[order[~is_run]]
-    if len(run_vals):
-        runs_in_order = order[is_run] - len(single_vals)  # run index of each run segment, in text order
-        # the run values are flattened in run order (run_start order == text order), so runs_in_order is 0..R-1
-        first = np.repeat(seg_first[is_run], run_counts[runs_in_order])
-        within = np.arange(len(run_vals)) - np.repeat(np.cumsum(run_counts) - run_counts, run_counts)
-        out[first + within] = run_vals
-    return out
 
 
 __all__ = ["OTHER", "SINGLE", "SPACE", "WORD", "WordPieceIds", "char_classes", "probe_class"]

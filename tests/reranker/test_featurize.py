@@ -132,3 +132,24 @@ def test_estimated_cuts_are_the_regex_estimate(texts: list[str]) -> None:
     odd = [*texts, "abcdefghijklmno", "中文abc_def123456789 ,.!", "😀x😀", "a" * 13, "bad \ud800 text"]
     for cap in (0, 1, 5, 64, 257, 1 << 30):
         assert estimated_cuts(odd, cap=cap) == [measure._cut_of(*measure._estimated_capped(t, cap)) for t in odd], cap
+
+
+def test_a_cap_per_text_and_ends_only_are_the_tokenizers(tiny_bert_dir: Path, texts: list[str]) -> None:
+    """One read with a cap per text (a request's query whole, its documents cut) and ``end=True`` (only where the
+    kept tokens end, no per-token spans) give what the Rust tokenizer gives each text at its own cap."""
+    rng = np.random.default_rng(0)
+    added = ["中" * 330 + "[SEP]abc", "[SEP]" + "中" * 400, "中" * 90 + "[MASK]"]  # an added token around a prefix's cut
+    for path in [tiny_bert_dir, *real_checkpoints()]:
+        tok = backend(path)
+        wp = WordPieceIds.create(tok)
+        assert wp is not None, path
+        batch = texts + added
+        caps = [1 << 30, *rng.integers(0, 300, len(batch) - 1).tolist()]
+        ends = wp.encode(batch, cap=caps, end=True)
+        ids = wp.encode(batch, cap=caps)
+        for text, cap, a, b in zip(batch, caps, ends, ids, strict=True):
+            (theirs,) = rust_ids(tok, [text], cap=cap, offsets=True)
+            assert_same([a, b], [theirs, theirs], [text, text], cap=cap, offsets=False)
+            assert a.end == theirs.end, f"{text[:30]!r} cap={cap}"
+    with pytest.raises(ValueError, match="cap holds 1 values for 2 texts"):
+        wp.encode(["a", "b"], cap=[3])

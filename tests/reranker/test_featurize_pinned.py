@@ -170,10 +170,9 @@ def test_service_cuts_and_chunks_as_the_rust_measure(tiny_bert_dir: Path, pairs)
 
     model = registry.create("cross", base=str(tiny_bert_dir), max_length=48, device="cpu")
     settings = ServiceSettings(dtype="fp32", warmup=False, max_length=48, max_chunks_per_doc=4)
-    query = pairs[0][0]
     docs = [d for _, d in pairs[:20]]
 
-    async def scores(*, array_lookups: bool, **kw) -> np.ndarray:  # noqa: ANN003
+    async def scores(query: str, *, array_lookups: bool, **kw) -> np.ndarray:  # noqa: ANN003
         service = RerankService(model, settings, ServiceMetrics())
         assert service.measure._wp is not None
         if not array_lookups:
@@ -183,11 +182,13 @@ def test_service_cuts_and_chunks_as_the_rust_measure(tiny_bert_dir: Path, pairs)
         finally:
             await service.close()
 
-    for kw in ({}, {"max_chunks": 4}, {"cut": "left"}, {"doc_tokens": 10}):
-        ours, theirs = asyncio.run(scores(array_lookups=True, **kw)), asyncio.run(scores(array_lookups=False, **kw))
-        assert float(np.abs(ours - theirs).max()) <= 1e-6, kw
-        if not kw:
-            assert float(np.abs(ours - model.predict([(query, d) for d in docs])).max()) <= 1e-6
+    # a short query, and one over half the budget (its documents read to the cap any query allows, then cut)
+    for query in (pairs[0][0], "哪些因素会影响中国的GDP" * 6):
+        for kw in ({}, {"max_chunks": 4}, {"cut": "left"}, {"doc_tokens": 10}, {"doc_tokens": 40}):
+            ours, theirs = asyncio.run(scores(query, array_lookups=True, **kw)), asyncio.run(scores(query, array_lookups=False, **kw))
+            assert float(np.abs(ours - theirs).max()) <= 1e-6, kw
+            if not kw:
+                assert float(np.abs(ours - model.predict([(query, d) for d in docs])).max()) <= 1e-6
 
 
 def test_length_buckets_keep_the_scores(tiny_bert_dir: Path, pairs) -> None:

@@ -99,3 +99,25 @@ def test_only_the_counted_tokens_of_a_longer_encoding_are_joined(tokenizers, max
     counted = encoder.tensors([encoder.join(query, longer, max_length=max_length, document_tokens=kept)])
     cut = encoder.tensors([encoder.join(query, exact, max_length=max_length)])
     assert all(torch.equal(counted[k], v) for k, v in cut.items())
+
+
+@pytest.mark.parametrize("max_length", [4, 8, 24, 64])
+def test_cut_reads_are_laid_out_as_the_tokenizers_pair_input(tokenizers, max_length: int) -> None:
+    """Pairs joined from each side's array read (:class:`CutPair`: nothing copied per pair, the batch laid into the
+    template at once) and a batch mixing them with Rust encodings give the tokenizer's own tensors."""
+    from jingpai.reranker.pair_encoding import CutPair
+
+    tokenizer = tokenizers["bert"]
+    encoder = PairEncoder(tokenizer)
+    assert encoder.reads_ids
+    theirs = dict(tokenizer([q for q, _ in PAIRS], [d for _, d in PAIRS], padding=True, truncation="longest_first",
+                            max_length=max_length, return_tensors="pt"))
+    reads = [(encoder.side_ids([q], cap=1 << 30)[0], encoder.side_ids([d], cap=1 << 30)[0]) for q, d in PAIRS]
+    cut = [encoder.join(q, d, max_length=max_length) for q, d in reads]
+    assert all(isinstance(c, CutPair) for c in cut)
+    mixed = [*cut[:2], *encoder.encode(PAIRS[2:4], max_length=max_length), *cut[4:]]
+    for batch in (cut, mixed):
+        ours = encoder.tensors(batch)
+        assert ours.keys() == theirs.keys()
+        for name, tensor in theirs.items():
+            assert torch.equal(ours[name], tensor), name

@@ -100,9 +100,9 @@ class TextMeasure:
         probe: list[Pair] = [*PROBE_PAIRS, ("苹果 手机", "苹果公司发布新款 iPhone 手机。" * 80), ("what is bm25 " * 80, "BM25 is a ranking function."), ("", "")]
         joined = []
         for query, doc in probe:
-            (q_len, _end, _more, q_enc), = self.cut_encodings([query], cap=1 << 30)
             # as the service cuts documents (scoring.RerankService._prepare)
-            (d_len, _end, _more, d_enc), = self.cut_encodings([doc], cap=max(self.max_length, q_len + 1))
+            (q_len, _end, _more, q_enc), ((d_len, _end, _more, d_enc),) = self.cut_request(
+                query, [doc], doc_cap=lambda q: max(self.max_length, q + 1), most=max(self.max_length, len(query) + 1))
             if q_enc is None or d_enc is None:
                 return "the tokenizer refused a probe text"
             joined.append(self.join((q_len, q_enc), (d_len, d_enc)))
@@ -204,9 +204,7 @@ class TextMeasure:
         if self._tokenizer is None:
             return [(*cut, None) for cut in estimated_cuts(texts, cap=cap)]
         if self._wp is not None:
-            # a text the tokenizer refuses is estimated (the model then says what is wrong with it)
-            return [(len(e), e.end, e.more, e) if e is not None else (*self._cut_of(*self._estimated_capped(t, cap)), None)
-                    for t, e in zip(texts, self._wp.encode(texts, cap=cap, offsets=True), strict=True)]
+            return self._table_cuts(texts, [cap] * len(texts))
 
         def judge(text: str, prefix: str, enc: Any) -> tuple[int, int, bool, Any] | None:
             n = len(enc)
@@ -224,6 +222,30 @@ class TextMeasure:
 
         # CJK text needs about one character per token; Latin text (~4 per token) takes the retry
         return self._grow(texts, cap + cap // 4 + 64, judge, estimate)
+
+    def _table_cuts(self, texts: Sequence[str], caps: Sequence[int]) -> list[tuple[int, int, bool, Any]]:
+        """:meth:`cut_encodings` by array lookups, a cap per text, in one read (only where the kept tokens end is found,
+        not every token's span); a text the tokenizer refuses is estimated (the model then says what is wrong with it)."""
+        assert self._wp is not None
+        return [(len(e), e.end, e.more, e) if e is not None else (*self._cut_of(*self._estimated_capped(t, cap)), None)
+                for t, cap, e in zip(texts, caps, self._wp.encode(texts, cap=caps, end=True), strict=True)]
+
+    def cut_request(self, query: str, documents: Sequence[str], *, doc_cap: Callable[[int], int], most: int,
+                    ) -> tuple[tuple[int, int, bool, Any], list[tuple[int, int, bool, Any]]]:
+        """:meth:`cut_encodings` of a request's query (whole) and of its documents, cut to ``doc_cap(query tokens)``
+        tokens, where ``most`` bounds that cap for any query: one read of all the texts where the tables read them
+        (documents read to ``most`` tokens, then cut), else the query first and then its documents. A document's
+        ``end`` is where its first ``most`` tokens end where it has more than the cap (a cut at least as long as the
+        cap's: the model cuts the rest itself)."""
+        if self._wp is None:
+            (q_cut,) = self.cut_encodings([query], cap=1 << 30)
+            return q_cut, self.cut_encodings(documents, cap=doc_cap(q_cut[0] + q_cut[2]))
+        q_cut, *read = self._table_cuts([query, *documents], [1 << 30] + [most] * len(documents))
+        cap = doc_cap(q_cut[0] + q_cut[2])
+        if cap >= most:
+            return q_cut, read
+        # ``tokens`` counts past ``most``, so past ``cap``: the same cut as a read to ``cap``, its ids a view
+        return q_cut, [(min(n, cap), end, more or n > cap, enc) for n, end, more, enc in read]
 
     @staticmethod
     def _cut_of(spans: list[tuple[int, int]], more: bool) -> tuple[int, int, bool]:

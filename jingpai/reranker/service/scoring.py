@@ -119,16 +119,18 @@ class RerankService:
         encoding where its token ids are already known (``None``: the model tokenizes the text)."""
         m = self.measure
         budget = self.max_length - m.pair_overhead
-        # whole (the query is at most max_query_chars long)
-        (q_tokens, _end, q_more, q_enc), = m.cut_encodings([query], cap=1 << 30)
+        caps = functools.partial(self._caps, chunks=chunks, doc_tokens=doc_tokens, truncate=truncate)
+        if chunks == 1 and cut == "right":
+            # the query (whole: it is at most max_query_chars long) and the documents in one read; a query has at most
+            # as many tokens as characters, which bounds the documents' cap
+            q_cut, truncated = m.cut_request(query, documents, doc_cap=lambda q: caps(q)[2], most=max(caps(0)[2], caps(len(query))[2]))
+        else:
+            (q_cut,), truncated = m.cut_encodings([query], cap=1 << 30), None
+        q_tokens, _end, q_more, q_enc = q_cut
         q_len = q_tokens + q_more
         if cut == "left" and chunks == 1:
             return (*self._prepare_left(query, q_len, documents, truncate=truncate, docs_field=docs_field), None)
-        # room for a document next to the query (longest-first truncation never cuts the query below
-        # half the budget, so neither does chunking)
-        room = max(budget - min(q_len, budget // 2), 1)
-        stride = max(room - room // 8, 1)
-        doc_cap = self._doc_cap(q_len, chunks=chunks, doc_tokens=doc_tokens, room=room, stride=stride, truncate=truncate)
+        room, stride, doc_cap = caps(q_len)
         pairs: list[Pair] = []
         lengths: list[int] = []
         owner: list[int] = []
@@ -140,7 +142,7 @@ class RerankService:
         if chunks > 1:
             measured: list = (m.tail_spans if cut == "left" else m.spans)(documents, cap=doc_cap)
         else:
-            measured = [(None, *kept) for kept in m.cut_encodings(documents, cap=doc_cap)]
+            measured = [(None, *kept) for kept in (truncated if truncated is not None else m.cut_encodings(documents, cap=doc_cap))]
         for i, (doc, measure) in enumerate(zip(documents, measured, strict=True)):
             if chunks > 1:
                 spans, more = measure
@@ -169,6 +171,14 @@ class RerankService:
             lengths.append(min(q_len + d_len, budget) + m.pair_overhead)
             owner.append(i)
         return pairs, lengths, owner, encodings
+
+    def _caps(self, q_len: int, *, chunks: int, doc_tokens: int | None, truncate: bool) -> tuple[int, int, int]:
+        """``(room, stride, doc_cap)`` next to a query of ``q_len`` tokens: room for a document (longest-first truncation
+        never cuts the query below half the budget, so neither does chunking), the chunks' stride, the tokens to measure."""
+        budget = self.max_length - self.measure.pair_overhead
+        room = max(budget - min(q_len, budget // 2), 1)
+        stride = max(room - room // 8, 1)
+        return room, stride, self._doc_cap(q_len, chunks=chunks, doc_tokens=doc_tokens, room=room, stride=stride, truncate=truncate)
 
     def _doc_cap(self, q_len: int, *, chunks: int, doc_tokens: int | None, room: int, stride: int, truncate: bool = True) -> int:
         """Tokens of a document worth measuring: what the pair, or its ``chunks`` windows, can hold."""
