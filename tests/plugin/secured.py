@@ -16,6 +16,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.attack_secured import Capture  # the rerank service recording what it was sent: one class for the attack script and the tests
 from jingpai.indexer.pipeline import IndexSettings, index_corpus
 from jingpai.plugin.gateway import create_app
 from jingpai.plugin.settings import GatewaySettings
@@ -30,26 +31,6 @@ HIDDEN_MARK = "绝密"  # in the title of every non-public document (dls may not
 SECRET_MARK = "SECRETVALUE"  # the `secret` field of every document (dls may not see it)
 QUERY = {"match": {"content": "中国经济增长"}}
 WINDOW = 20
-
-
-class Capture:
-    """The rerank service's ASGI app, keeping every request body it was sent (what the gateway disclosed to it)."""
-
-    def __init__(self, app) -> None:  # noqa: ANN001
-        self.app, self.state, self.bodies = app, app.state, []
-
-    async def __call__(self, scope, receive, send) -> None:  # noqa: ANN001
-        chunks: list[bytes] = []
-
-        async def recorded():  # noqa: ANN202
-            message = await receive()
-            if message["type"] == "http.request":
-                chunks.append(message.get("body", b""))
-                if not message.get("more_body"):
-                    self.bodies.append(b"".join(chunks).decode("utf-8", "replace"))
-            return message
-
-        await self.app(scope, recorded, send)
 
 
 @dataclass
