@@ -61,6 +61,11 @@ class Segmenter:
                 if not self._jieba.FREQ.get(word):
                     self._jieba.add_word(word, int(freq), tag)
 
+    def __deepcopy__(self, memo: dict) -> Segmenter:
+        # A built segmenter never changes (its words are fixed here) and rjieba's Rust object cannot be copied,
+        # so a deep copy of what holds one (the rerank service's own copy of a kwbert model) shares it.
+        return self
+
     def cut(self, text: str) -> list[str]:
         """Tokens of ``text`` without whitespace-only tokens."""
         if self.backend == "rjieba":

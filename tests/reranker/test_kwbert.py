@@ -129,3 +129,19 @@ def test_save_load_identical_scores_and_dictionary(model: KeywordBertReranker, d
     assert loaded.keyword_dict_version == dictionary.version and loaded.dictionary is not None
     assert loaded.keywords(QUERY) == ["GDP", "中国"]
     np.testing.assert_array_equal(loaded.predict(pairs), before)
+
+
+def test_an_in_process_service_serves_its_own_copy_with_the_same_scores(model: KeywordBertReranker) -> None:
+    # The demo and the report serve a copy of the model (create_app's default); the copy shares the dictionary's
+    # segmenter, whose rjieba object cannot be copied (this raised TypeError: cannot pickle 'builtins.Jieba').
+    from fastapi.testclient import TestClient
+
+    from jingpai.reranker.service import ServiceSettings, create_app
+
+    docs = [DOC, NO_KEYWORDS, "今天天气怎么样，" * 12 + "美国和中国的GDP"]  # the last one's keywords only in its tail, past the cut
+    model.predict([(QUERY, d) for d in docs])  # the segmenter is built before the copy
+    with TestClient(create_app(ServiceSettings(model_name="tiny-kw", dtype="fp32"), model)) as client:
+        r = client.post("/rerank", json={"query": QUERY, "texts": docs, "raw_scores": True})
+    assert r.status_code == 200, r.text
+    served = [rec["score"] for rec in sorted(r.json(), key=lambda rec: rec["index"])]
+    np.testing.assert_allclose(served, model.predict([(QUERY, d) for d in docs]), atol=1e-5)
