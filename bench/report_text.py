@@ -45,12 +45,14 @@ QBQTC ({qbqtc.bge-zeroshot - qbqtc.bm25:nDCG@10}; fused with BM25 {qbqtc.bge-zer
 below the untrained cosine, while the `bi` model, which starts from that cosine, keeps it and adds to it — on
 KUAKE-QTR {kuake.bge-bi - kuake.bm25:nDCG@3} nDCG@3 over BM25 alone (the issue's goal: +0.05), on QBQTC only
 {qbqtc.bge-bi.fused - qbqtc.bm25:nDCG@10} fused. Fusing the A14 cross with BM25 at the default weight 0.5 costs
-{a14.bge-cross.fused - a14.bge-cross:nDCG@10} — tune the engine weight on held-out training queries (`jingpai tune`). A14's cross is the mean of two
-seeds, and searched through the real gateway on OpenSearch and Elasticsearch (the report's engine rows: BM25 over all
+{a14.bge-cross.fused - a14.bge-cross:nDCG@10} — tune the engine weight on held-out training queries (`jingpai tune`). A14's cross is the mean of three
+seeds (on the same three seeds `kwbert` with the A14 dictionary is {a14.bge-kwbert.seeds - a14.bge-cross.seeds:nDCG@10} and the joint `bertca`
+{a14.bge-bertca.seeds - a14.bge-cross.seeds:nDCG@10} against it, with seeds spreading about ±0.01), and searched through the real gateway on OpenSearch and Elasticsearch (the report's engine rows: BM25 over all
 17,348 passages, the window of 100 reranked by `jingpai serve`) it gives the same gain on both engines. QBQTC and KUAKE-QTR (both engines) went the same way with
 one seed of the `bi` models: through the engine their gains are smaller than in the reorder protocol (the engine's hits
-are half unjudged on KUAKE-QTR), and the model alone beats the default fusion on KUAKE-QTR but not on QBQTC. On short-question matching (LCQMC, BQ, AFQMC) no bge model has been
-measured yet; the best are USE-multilingual models: `zh-gpu-pwkw` (keyword-attentive interaction, trained on a GPU)
+are half unjudged on KUAKE-QTR), and the model alone beats the default fusion on KUAKE-QTR but not on QBQTC. On short-question matching (LCQMC, BQ, AFQMC) bge-small-zh has
+been measured as the hybrid first stage only (§3: on AFQMC its kNN alone reaches P@10 {afqmc.bge-knn:P@10}, above every reranked
+row); the best rerankers there are USE-multilingual models: `zh-gpu-pwkw` (keyword-attentive interaction, trained on a GPU)
 and the CPU-trained `zh-esim-win` on LCQMC (P@1 {lcqmc.zh-gpu-pwkw - lcqmc.augmented:P@1} / {lcqmc.zh-esim-win - lcqmc.augmented:P@1} over augmented BM25), the
 bi-encoder `zh-gpu-emb` on BQ and AFQMC's BM25 window (P@10 {afqmc.zh-gpu-emb - afqmc.augmented:P@10} on AFQMC), and on AFQMC and BQ
 the hybrid first stage beats any rerank of BM25's window (§3). The papers' word models (HCAN, IASM) rank far below
@@ -185,8 +187,8 @@ LABELS = """## 6. What the labels can and cannot show
 **Reading.** On the question sets most "misses" at rank 1 are correct questions nobody paired with the query: a
 ranker that prefers a labelled paraphrase over an unlabelled one scores higher without being better. So read P@10 and
 hit@20 on BQ and AFQMC, treat P@1 differences under ≈ 0.01 as ties, and trust the judged sets (A14, QBQTC, KUAKE-QTR),
-whose judged pools the metrics are restricted to, for graded quality. A14's cross-encoder rows are the mean of two
-seeds; QBQTC's and KUAKE-QTR's are one seed.
+whose judged pools the metrics are restricted to, for graded quality. A14's cross-encoder, `kwbert` and `bertca` rows are the mean of
+three seeds; QBQTC's and KUAKE-QTR's are one seed.
 """
 
 SECTIONS: tuple[str, ...] = (WHICH_RERANKER, DICTIONARY, HYBRID, PAPERS, SPEED, LABELS)
