@@ -42,12 +42,15 @@ final class JingpaiCoordinatorContext extends RankFeaturePhaseRankCoordinatorCon
     private final RetrieverSettings settings;
     private final RerankPlan plan;
     private final Map<String, Object> augment;
+    private final EngineWindow engineWindow;
 
-    JingpaiCoordinatorContext(int size, int from, int rankWindowSize, RetrieverSettings settings, RerankPlan plan, Map<String, Object> augment) {
+    JingpaiCoordinatorContext(int size, int from, int rankWindowSize, RetrieverSettings settings, RerankPlan plan, Map<String, Object> augment,
+                              EngineWindow engineWindow) {
         super(size, from, rankWindowSize, true);
         this.settings = settings;
         this.plan = plan;
         this.augment = augment;
+        this.engineWindow = engineWindow;
     }
 
     static RerankClient client(RetrieverSettings s) {
@@ -80,6 +83,10 @@ final class JingpaiCoordinatorContext extends RankFeaturePhaseRankCoordinatorCon
     @Override
     public void computeRankScoresForGlobalResults(RankFeatureDoc[] featureDocs, ActionListener<RankFeatureDoc[]> listener) {
         RankFeatureDoc[] engine = featureDocs.clone();
+        for (RankFeatureDoc doc : engine) {
+            // the shards' fetches do not score (the search tracks no scores): the query phase's scores, kept by its merge
+            doc.score = engineWindow.score(doc.shardIndex, doc.doc);
+        }
         Arrays.sort(engine, ENGINE_ORDER);
         if (engine.length == 0) {
             failOpen(engine, "no_hits", Map.of(), listener);
@@ -102,20 +109,20 @@ final class JingpaiCoordinatorContext extends RankFeaturePhaseRankCoordinatorCon
         long started = System.nanoTime();
         client.rerank(plan.queryText(), texts).whenComplete((scores, exc) -> {
             double took = Math.round((System.nanoTime() - started) / 1e4) / 100.0;
-            pool.executor(ThreadPool.Names.SEARCH_COORDINATION).execute(() -> {
-                try (ThreadContext.StoredContext ignored = restore.get()) {
-                    if (exc != null) {
-                        Throwable cause = exc instanceof CompletionException && exc.getCause() != null ? exc.getCause() : exc;
-                        String reason = cause instanceof RerankClient.Unavailable u ? u.reason : "reranker_error";
-                        LOGGER.warn("jingpai: rerank failed open ({}): {}", reason, cause.getMessage());
-                        failOpen(engine, reason, Map.of("took_rerank_ms", took), listener);
-                        return;
-                    }
-                    listener.onResponse(reranked(engine, scores, took, client.modelId()));
-                } catch (Exception e) {
-                    listener.onFailure(e);
+            // on the reranker client's thread, in the search's context: the fusion of the window, then the phase's
+            // listener, which forks to the search's own executor (a ThreadedActionListener) — no hop of our own first
+            try (ThreadContext.StoredContext ignored = restore.get()) {
+                if (exc != null) {
+                    Throwable cause = exc instanceof CompletionException && exc.getCause() != null ? exc.getCause() : exc;
+                    String reason = cause instanceof RerankClient.Unavailable u ? u.reason : "reranker_error";
+                    LOGGER.warn("jingpai: rerank failed open ({}): {}", reason, cause.getMessage());
+                    failOpen(engine, reason, Map.of("took_rerank_ms", took), listener);
+                    return;
                 }
-            });
+                listener.onResponse(reranked(engine, scores, took, client.modelId()));
+            } catch (Exception e) {
+                listener.onFailure(e);
+            }
         });
     }
 

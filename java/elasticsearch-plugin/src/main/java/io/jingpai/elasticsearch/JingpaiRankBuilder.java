@@ -1,7 +1,8 @@
 /*
  * jingpai: the rank builder of a reranked jingpai search. It travels to the shards inside the search's source (so it is a
  * named writeable): there it fetches the rerank fields of the hits the coordinator asks about (JingpaiShardContext); on
- * the coordinator it reranks the window (JingpaiCoordinatorContext). The query phase is the engine's own.
+ * the coordinator it reranks the window (JingpaiCoordinatorContext). The query phase is the engine's own; its merge on the
+ * coordinator (EngineWindow) keeps the window's engine scores for the rerank, so no fetch scores its docs again.
  */
 package io.jingpai.elasticsearch;
 
@@ -34,12 +35,19 @@ public final class JingpaiRankBuilder extends RankBuilder {
     private final RetrieverSettings settings;
     private final RerankPlan plan;
     private final Map<String, Object> augment;
+    /**
+     * the coordinator's merge of this search's query phase, whose scores its rank-feature coordinator context reads: both
+     * contexts are built from the search's own builder (one per search: the retriever's rewrite makes it); not sent to
+     * the shards
+     */
+    private final EngineWindow engineWindow;
 
     public JingpaiRankBuilder(int rankWindowSize, RetrieverSettings settings, RerankPlan plan, Map<String, Object> augment) {
         super(rankWindowSize);
         this.settings = settings;
         this.plan = plan;
         this.augment = augment;
+        this.engineWindow = new EngineWindow(rankWindowSize);
     }
 
     public JingpaiRankBuilder(StreamInput in) throws IOException {
@@ -54,6 +62,7 @@ public final class JingpaiRankBuilder extends RankBuilder {
         Fusion fusion = new Fusion(in.readString(), in.readDouble(), in.readVInt());
         plan = new RerankPlan(mode, null, from, size, window, queryText, fields, fusion);
         augment = in.readGenericMap();
+        engineWindow = new EngineWindow(rankWindowSize());
     }
 
     @Override
@@ -110,7 +119,7 @@ public final class JingpaiRankBuilder extends RankBuilder {
 
     @Override
     public QueryPhaseRankCoordinatorContext buildQueryPhaseCoordinatorContext(int size, int from) {
-        return null;
+        return engineWindow;
     }
 
     @Override
@@ -120,7 +129,7 @@ public final class JingpaiRankBuilder extends RankBuilder {
 
     @Override
     public RankFeaturePhaseRankCoordinatorContext buildRankFeaturePhaseCoordinatorContext(int size, int from, Client client) {
-        return new JingpaiCoordinatorContext(size, from, rankWindowSize(), settings, plan, augment);
+        return new JingpaiCoordinatorContext(size, from, rankWindowSize(), settings, plan, augment, engineWindow);
     }
 
     @Override

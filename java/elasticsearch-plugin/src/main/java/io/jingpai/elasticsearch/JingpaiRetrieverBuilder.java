@@ -40,8 +40,6 @@ import org.elasticsearch.search.SearchExtBuilder;
 import org.elasticsearch.search.builder.SearchSourceBuilder;
 import org.elasticsearch.search.retriever.RetrieverBuilder;
 import org.elasticsearch.search.retriever.RetrieverParserContext;
-import org.elasticsearch.search.sort.FieldSortBuilder;
-import org.elasticsearch.search.sort.ScoreSortBuilder;
 import org.elasticsearch.usage.SearchUsage;
 import org.elasticsearch.xcontent.XContentBuilder;
 import org.elasticsearch.xcontent.XContentParser;
@@ -54,8 +52,6 @@ public final class JingpaiRetrieverBuilder extends RetrieverBuilder {
     /** the response header that tells what the retriever did (JSON, non-ASCII escaped): the gateway's ext.jingpai */
     public static final String HEADER = "X-Jingpai";
     private static final Segmenter NO_WORDS = new Segmenter(Map.of(), 0);
-    /** the tie-breaking sort field of a reranked search: unmapped in every index, so it breaks no tie */
-    static final String NO_FIELD = "jingpai._no_such_field_";
 
     private final RetrieverSettings settings;
     /** the inner retriever as written ({"standard": {...}}): augmented from this */
@@ -297,14 +293,8 @@ public final class JingpaiRetrieverBuilder extends RetrieverBuilder {
         if (minScore != null) {
             source.minScore(minScore);
         }
-        // the rank-feature phase reads its docs' engine scores from their fetch, which scores them only in a search
-        // sorted by a field that tracks scores (a sort by _score alone counts as none): _score, then a field no index
-        // has (every doc ties on it), so the order stays the engine's own — score, then shard, then doc
-        if (source.sorts() == null || source.sorts().isEmpty()) {
-            source.sort(new ScoreSortBuilder());
-        }
-        source.sort(new FieldSortBuilder(NO_FIELD).unmappedType("long"));
-        source.trackScores(true);
+        // no sort and no track_scores: the rank-feature phase takes its docs' engine scores from the query phase's merge
+        // (EngineWindow), so neither its fetch nor the final one scores its hits again
         source.rankBuilder(new JingpaiRankBuilder(plan.engineSize(), settings, plan, augment));
     }
 

@@ -1,6 +1,7 @@
 /*
  * jingpai: on each shard, the rerank fields of the hits the coordinator will rerank, joined as the gateway joins them
- * (Window.docText: fields by newlines, a list's values by spaces, cut to doc_chars), with each hit's engine score.
+ * (Window.docText: fields by newlines, a list's values by spaces, cut to doc_chars). The fetch does not score its hits
+ * (their score is NaN here): the coordinator takes the engine scores from the query phase (EngineWindow).
  */
 package io.jingpai.elasticsearch;
 

@@ -4,7 +4,8 @@
  * behind a circuit breaker (while it is open: `circuit_open` at once, nothing sent). Each call has one deadline,
  * timeout_ms, on the whole of it (the first call's /info, connect, send, wait, read: a body that trickles in too);
  * past it the call fails `reranker_timeout` and its exchanges are cancelled. Answers are read up to max_answer_bytes
- * and validated by Answers (the gateway's rules and messages).
+ * and validated by Answers (the gateway's rules and messages). An http:// reranker is called over plain sockets
+ * (PlainHttp: one thread of EXECUTOR per exchange, kept-alive connections), an https:// one with the JDK's HttpClient.
  */
 package io.jingpai.core;
 
@@ -53,6 +54,8 @@ public class RerankClient {
     private final String url;
     private final Duration timeout;
     private final long maxAnswerBytes;
+    /** the transport of an http:// reranker; null for https:// (the JDK's HttpClient, {@link #http}) */
+    private final PlainHttp plain;
     private final HttpClient http;
     private volatile String modelId;
     private volatile Integer maxBatch;
@@ -86,7 +89,9 @@ public class RerankClient {
         this.maxAnswerBytes = maxAnswerBytes;
         this.breaker = breaker;
         this.slots = slots;
-        this.http = AccessController.doPrivileged((PrivilegedAction<HttpClient>) () ->
+        URI origin = URI.create(this.url);
+        this.plain = "http".equalsIgnoreCase(origin.getScheme()) ? new PlainHttp(origin) : null;
+        this.http = plain != null ? null : AccessController.doPrivileged((PrivilegedAction<HttpClient>) () ->
             HttpClient.newBuilder().connectTimeout(timeout).version(HttpClient.Version.HTTP_1_1).executor(EXECUTOR).build());
     }
 
@@ -125,7 +130,13 @@ public class RerankClient {
         final CompletableFuture<Void> over = new CompletableFuture<>();
         final AtomicBoolean ended = new AtomicBoolean();
         final List<CompletableFuture<?>> exchanges = new CopyOnWriteArrayList<>();
+        /** the call's deadline on {@link System#nanoTime()}: its exchanges' reads end there */
+        final long deadlineNanos;
         volatile ScheduledFuture<?> deadline;
+
+        Call(Duration timeout) {
+            deadlineNanos = System.nanoTime() + timeout.toNanos();
+        }
 
         void track(CompletableFuture<?> exchange) {
             exchanges.add(exchange);
@@ -163,7 +174,7 @@ public class RerankClient {
             return CompletableFuture.failedFuture(
                 new Unavailable("circuit_open", "reranker at " + url + " failed repeatedly; circuit breaker is open"));
         }
-        Call call = new Call();
+        Call call = new Call(timeout);
         call.deadline = DEADLINES.schedule(() -> end(call, null, timedOut()), timeout.toMillis(), TimeUnit.MILLISECONDS);
         try {
             call(query, texts, call).whenComplete((scores, exc) -> end(call, scores, exc == null ? null : failure(exc)));
@@ -221,11 +232,33 @@ public class RerankClient {
         });
     }
 
-    private CompletableFuture<HttpResponse<byte[]>> send(HttpRequest request, Call call) {
+    /** {@code GET path} (body null) or {@code POST path} of a JSON body; its status, content type and body. */
+    private CompletableFuture<PlainHttp.Reply> exchange(String path, byte[] body, Call call) {
+        if (plain != null) {
+            byte[] request = plain.request(body == null ? "GET" : "POST", path, Answers.JSON_TYPE, body);
+            CompletableFuture<PlainHttp.Reply> exchange = new CompletableFuture<>();
+            call.track(exchange);
+            EXECUTOR.execute(() -> {
+                try {
+                    exchange.complete(plain.exchange(request, maxAnswerBytes, call.deadlineNanos, call.over::isDone));
+                } catch (IOException | RuntimeException e) {
+                    exchange.completeExceptionally(e);
+                }
+            });
+            return exchange;
+        }
+        HttpRequest.Builder request = HttpRequest.newBuilder(URI.create(url + path)).timeout(timeout).header("accept-encoding", "identity");
+        if (body == null) {
+            request.GET();
+        } else {
+            request.header("content-type", Answers.JSON_TYPE).POST(HttpRequest.BodyPublishers.ofByteArray(body));
+        }
         CompletableFuture<HttpResponse<byte[]>> exchange = AccessController.doPrivileged(
-            (PrivilegedAction<CompletableFuture<HttpResponse<byte[]>>>) () -> http.sendAsync(request, Answers.bounded(maxAnswerBytes, call.over)));
+            (PrivilegedAction<CompletableFuture<HttpResponse<byte[]>>>) () -> http.sendAsync(request.build(),
+                Answers.bounded(maxAnswerBytes, call.over)));
         call.track(exchange);
-        return exchange;
+        return exchange.thenApply(resp -> new PlainHttp.Reply(resp.statusCode(), resp.headers().firstValue("content-type").orElse(null),
+            resp.body()));
     }
 
     private Unavailable failure(Throwable exc) {
@@ -251,15 +284,14 @@ public class RerankClient {
     }
 
     private CompletableFuture<Void> describe(Call call) {
-        HttpRequest request = HttpRequest.newBuilder(URI.create(url + "/info")).timeout(timeout).header("accept-encoding", "identity").GET().build();
-        return send(request, call).handle((resp, exc) -> {
+        return exchange("/info", null, call).handle((resp, exc) -> {
             if (exc != null) {
                 Unavailable u = failure(exc);
                 if (!u.reason.equals("reranker_bad_response")) {
                     throw new CompletionException(u);
                 }
                 // an /info too large or compressed is not read: the reranker is taken as is
-            } else if (resp.statusCode() == 200) {
+            } else if (resp.status() == 200) {
                 readInfo(resp);
             }
             described = true;
@@ -267,9 +299,9 @@ public class RerankClient {
         });
     }
 
-    private void readInfo(HttpResponse<byte[]> resp) {
+    private void readInfo(PlainHttp.Reply resp) {
         try {
-            if (!(Answers.json(resp.headers().firstValue("content-type").orElse(null), resp.body()) instanceof Map<?, ?> info)) {
+            if (!(Answers.json(resp.contentType(), resp.body()) instanceof Map<?, ?> info)) {
                 return;
             }
             for (String key : List.of("model_id", "model_name", "model", "name")) {
@@ -296,11 +328,7 @@ public class RerankClient {
     private CompletableFuture<double[]> post(String query, List<String> texts, Call call) {
         byte[] body = Json.write(ordered("query", query, "texts", texts, "truncate", true, "raw_scores", false, "return_text", false))
             .getBytes(StandardCharsets.UTF_8);
-        HttpRequest request = HttpRequest.newBuilder(URI.create(url + "/rerank")).timeout(timeout)
-            .header("content-type", "application/json").header("accept-encoding", "identity")
-            .POST(HttpRequest.BodyPublishers.ofByteArray(body)).build();
-        return send(request, call).thenApply(resp -> scores(resp.statusCode(), resp.headers().firstValue("content-type").orElse(null),
-            resp.body(), texts.size()));
+        return exchange("/rerank", body, call).thenApply(resp -> scores(resp.status(), resp.contentType(), resp.body(), texts.size()));
     }
 
     /** The scores of one {@code /rerank} answer, in input order (the shared vectors' rules). */
