@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import os
+import shutil
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -147,16 +148,20 @@ class SecuredNode:
 
 @pytest.fixture(scope="session")
 def opensearch_secured() -> Iterator[SecuredNode]:
-    """An OpenSearch node WITH the security plugin and k-NN (``engine up --plugins knn,security``: OpenSearch 2.19.1, TLS
-    with a CA made locally, an admin user; k-NN for hybrid search as a user); tests create their own users and roles
-    through ``SecuredNode.admin``.
+    """An OpenSearch node WITH the security plugin, k-NN and jingpai's (``engine up --plugins jingpai,knn,security``:
+    OpenSearch 2.19.1, TLS with a CA made locally, an admin user; k-NN for hybrid search as a user, the jingpai plugin's
+    pipelines as a user, where Maven and Java can build it); tests create their own users and roles through
+    ``SecuredNode.admin``.
 
     Started (about a minute; several on a loaded machine) only by the tests that use this fixture, and stopped after
     the session. Reuse a running one with ``JINGPAI_TEST_OPENSEARCH_SECURED_URL`` and
     ``JINGPAI_TEST_OPENSEARCH_SECURED_INSTANCE`` (its instance directory, which holds its CA and admin password).
     """
     given = os.environ.get("JINGPAI_TEST_OPENSEARCH_SECURED_URL")
-    settings = None if given else harness.EngineSettings(kind="opensearch", port=harness.free_port(), plugins=("knn", "security"))
+    # the jingpai plugin too (built for 2.19.1 by Maven; its pipelines as each user: tests/plugin/test_secured_pipeline.py),
+    # where Java and Maven are there to build it
+    plugins = ("knn", "security", *(("jingpai",) if shutil.which("mvn") and shutil.which("java") else ()))
+    settings = None if given else harness.EngineSettings(kind="opensearch", port=harness.free_port(), plugins=plugins)
     try:
         if given:
             url, inst = given, Path(os.environ["JINGPAI_TEST_OPENSEARCH_SECURED_INSTANCE"])

@@ -178,10 +178,20 @@ def install_pipeline(engine: Engine, index: str, name: str, body: dict[str, Any]
     try:
         engine.request("PUT", f"/_search/pipeline/{name}", body=body)
     except Exception as exc:
+        # a secured node's 401/403 names the user and the permission (cluster:admin/search/pipeline/put), not the body
+        problem = engine.access_error(exc, action=f"write search pipeline {name!r}")
+        if problem is not None:
+            raise problem from exc
         if engine.is_api_error(exc):
             raise PipelineError(f"{engine.url} refused search pipeline {name!r}: {getattr(exc, 'info', None) or exc}") from exc
         raise
-    engine.put_index_settings(index, {"index.search.default_pipeline": name})
+    try:
+        engine.put_index_settings(index, {"index.search.default_pipeline": name})
+    except Exception as exc:
+        problem = engine.access_error(exc, action=f"make {name!r} the default pipeline of {index!r}")
+        if problem is not None:
+            raise problem from exc
+        raise
     return {"pipeline": name, "index": index, "default_pipeline": True}
 
 
