@@ -37,10 +37,13 @@ class KeywordExtractor:
         self.dictionary = dictionary
         self.top_k = top_k
         self.segmenter = segmenter if segmenter is not None else Segmenter(dictionary)
+        # whitespace tokens are counted only if the dictionary holds one (a built one never does: it keeps no
+        # whitespace), so the segmenter's whitespace filter can be skipped
+        self._cut = self.segmenter.cut if any(w.isspace() for w in dictionary.weights()) else self.segmenter.cut_all
 
     def weighted(self, text: str) -> list[tuple[str, float]]:
         """``[(word, weight), …]`` best first; ties keep the order of first occurrence."""
-        return self.weighted_tokens(self.segmenter.cut(text))
+        return self.weighted_tokens(self._cut(text))
 
     def weighted_tokens(self, tokens: Iterable[str]) -> list[tuple[str, float]]:
         """:meth:`weighted` for text already cut by :attr:`segmenter` (cutting twice doubles the cost)."""
@@ -50,10 +53,11 @@ class KeywordExtractor:
         """The keywords of ``text`` without their weights, best first."""
         return [word for word, _ in self.weighted(text)]
 
-    def spans(self, text: str) -> list[tuple[int, int]]:
-        """Character spans of the keywords of ``text`` in it (see :func:`keyword_spans`)."""
+    def spans(self, text: str, *, before: int | None = None) -> list[tuple[int, int]]:
+        """Character spans of the keywords of ``text`` in it (see :func:`keyword_spans`; ``before``: only those
+        starting before that character)."""
         words = self.words(text)
-        return keyword_spans(text, words) if words else []
+        return keyword_spans(text, words, before=before) if words else []
 
 
 __all__ = ["KeywordExtractor"]

@@ -96,6 +96,10 @@ class Reranker(ABC):
     #: score in [0, 1] (classification heads). A model may set it per instance (a ``cross`` model whose
     #: activation is ``sigmoid`` returns probabilities).
     num_labels: int = 1
+    #: whether :meth:`featurize` reads a text past the tokens the model keeps: a keyword model ranks the dictionary
+    #: words of the whole text (its top k), so a caller that cuts a document to those tokens (the rerank service) must
+    #: hand it the whole text to score as :meth:`predict` does
+    reads_whole_text: ClassVar[bool] = False
 
     def __init__(self, config: RerankerConfig, *, device: str | None = None) -> None:
         self.config = config

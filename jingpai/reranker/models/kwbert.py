@@ -238,6 +238,7 @@ class KeywordBertReranker(Reranker):
     """
 
     name = "kwbert"
+    reads_whole_text = True  # keywords are the whole text's top k
     config_class = KwBertConfig
     num_labels = 2
 
@@ -274,17 +275,23 @@ class KeywordBertReranker(Reranker):
 
         # a request's query is in every one of its pairs, and training revisits each text once per epoch
         @functools.lru_cache(maxsize=50_000)
-        def spans(text: str) -> tuple[tuple[int, int], ...]:
-            return tuple(keywords.spans(text)) if keywords is not None else ()
+        def words(text: str) -> tuple[str, ...]:
+            return tuple(keywords.words(text)) if keywords is not None else ()
 
-        self._cached_spans = spans
+        self._cached_words = words
 
     def keywords(self, text: str) -> list[str]:
         """The keywords of ``text`` the model uses (best first)."""
         return self._keywords.words(text) if self._keywords is not None else []
 
-    def _keyword_spans(self, text: str) -> tuple[tuple[int, int], ...]:
-        return self._cached_spans(text)
+    def _keyword_spans(self, text: str, *, before: int | None = None) -> list[tuple[int, int]]:
+        """The spans of the whole text's keywords (:meth:`keywords`, cached per text) that start before ``before``."""
+        words = self._cached_words(text)
+        if not words:
+            return []
+        from jingpai.keyword_dict.segment import keyword_spans  # here: keyword_dict loads rjieba
+
+        return keyword_spans(text, words, before=before)
 
     def featurize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         """Pair inputs plus ``side`` (token roles) and ``keyword`` (token inside a keyword of its side).
@@ -301,10 +308,12 @@ class KeywordBertReranker(Reranker):
         no_keywords = 0
         for (query, doc), q, d in zip(pairs, packed.queries, packed.docs, strict=True):
             for text, read in ((query, q), (doc, d)):
-                spans = self._keyword_spans(text)
                 if id(read) not in flags:
-                    flags[id(read)] = keyword_flags(spans, read.starts, read.ends, len(text))
-                no_keywords += not spans
+                    # only the keywords that start before the read's last token ends can touch its tokens
+                    before = int(read.ends.max()) if len(read.ends) else 0
+                    spans = self._keyword_spans(text, before=before)
+                    flags[id(read)] = keyword_flags(spans, read.starts, read.ends, max(before, spans[-1][1]) if spans else before)
+                no_keywords += not self._cached_words(text)
         keyword = packed.side_flags([flags[id(q)] for q in packed.queries], [flags[id(d)] for d in packed.docs])
         if no_keywords and self.dictionary is not None:
             logger.debug("%d of %d texts have no keyword: their tokens all take part in keyword attention", no_keywords, 2 * len(pairs))

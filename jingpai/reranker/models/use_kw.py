@@ -195,6 +195,7 @@ class UseKeywordReranker(Reranker):
     """
 
     name = "use-kw"
+    reads_whole_text = True  # keywords are the whole text's top k
     config_class = UseKwConfig
     num_labels = 2
 

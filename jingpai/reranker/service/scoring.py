@@ -153,9 +153,9 @@ class RerankService:
                     encodings.append(None if d_enc is None else m.join((q_tokens, q_enc), (n_tokens, d_enc)))
             d_len = n_tokens + more
             if more:
-                # the model would cut the tail anyway (the first max_length tokens decide the truncated
-                # pair); cutting here saves tokenizing it again where the model reads the text
-                doc = doc[:end]
+                # the model would cut the tail anyway (the first max_length tokens decide the truncated pair): cut here to
+                # spare tokenizing it again, unless the model reads the whole text (a keyword model's top k)
+                doc = doc[:end] if doc_tokens is not None or not self.model.reads_whole_text else doc
                 if doc_tokens is not None and n_tokens == doc_tokens:
                     d_len = doc_tokens
             if not truncate and q_len + d_len > budget:
