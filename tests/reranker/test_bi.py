@@ -111,7 +111,8 @@ def test_the_service_embeds_and_reranks_with_it(tiny_base):
 
     model = registry.create("bi", base=str(tiny_base))
     expected = model.encode(TEXTS[:2])
-    app = create_app(ServiceSettings(model_name="bi-tiny", warmup=False), model)
+    # fp32: "auto" is bf16 on a CPU with AVX512-BF16 or AMX, and this pins the fp32 vectors
+    app = create_app(ServiceSettings(model_name="bi-tiny", warmup=False, dtype="fp32"), model)
     with TestClient(app) as client:
         r = client.post("/embed", json={"inputs": TEXTS[:2]})
         assert r.status_code == 200, r.text
