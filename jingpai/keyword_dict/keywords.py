@@ -53,10 +53,11 @@ class KeywordExtractor:
         """The keywords of ``text`` without their weights, best first."""
         return [word for word, _ in self.weighted(text)]
 
-    def spans(self, text: str) -> list[tuple[int, int]]:
-        """Character spans of the keywords of ``text`` in it (see :func:`keyword_spans`)."""
+    def spans(self, text: str, *, before: int | None = None) -> list[tuple[int, int]]:
+        """Character spans of the keywords of ``text`` in it (see :func:`keyword_spans`; ``before``: only those
+        starting before that character)."""
         words = self.words(text)
-        return keyword_spans(text, words) if words else []
+        return keyword_spans(text, words, before=before) if words else []
 
 
 __all__ = ["KeywordExtractor"]
