@@ -358,7 +358,9 @@ def run(settings: ReportSettings) -> list[Table]:
         tuned: dict[str, float] = {}
         for key in keys:
             if key not in loaded:
-                loaded[key] = get_model(key, settings, seed=0)[0]
+                # the first of --seeds picks the trained run (``<key>-s<seed>``), so another seed's models can go
+                # through the engines; the rows' commands then carry --seeds and never replace seed 0's rows
+                loaded[key] = get_model(key, settings, seed=settings.seeds[0])[0]
         models = {k: loaded[k] for k in keys}
         if settings.wants(f"judged.{name}.reorder"):
             tables.append(reorder_table(settings, name, jset, models))

@@ -20,6 +20,10 @@ text is new, as a fresh request's documents are):
 * ``input`` — the model input of the prepared pairs (``featurize_encodings`` of the joined token ids, else
   ``featurize`` of the cut texts), in batches of ``--batch`` pairs;
 * ``serve`` — ``prepare + input``: the service's host work per pair;
+* ``serve-warm`` — the serve stage again right after it, each request's documents under the next request's
+  query: every document was seen by the previous request, every query is new. The per-text caches (keywords,
+  piece maps) still hold the documents, as they do in a search service whose popular results come back for many
+  queries; the cold ``serve`` figure is the one without any repeat;
 * ``predict`` — ``featurize`` of the whole pairs in ``predict``'s length-sorted batches of ``--batch``.
 
 ``--checkpoint DIR`` measures the ``minilm`` family on another checkpoint folder; one with only a tokenizer and a
@@ -55,7 +59,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 FAMILIES = ("minilm", "bge-cross", "bge-bi", "use-bi", "use-kw", "kwbert", "bertca")
-STAGES = ("measure", "prepare", "input", "serve", "predict")
+STAGES = ("measure", "prepare", "input", "serve", "serve-warm", "predict")
 #: the goal per family at length 256 (µs of CPU time per pair, the serve stage)
 GOALS = {"minilm": 60, "bge-cross": 60, "bge-bi": 60, "kwbert": 100, "use-kw": 100}
 
@@ -147,8 +151,13 @@ def measure_family(model, requests: Sequence[Request], *, rounds: int, batch: in
             (q_tokens, _end, q_more, _), = m.cut_encodings([query], cap=1 << 30)
             m.cut_encodings(docs, cap=max(service.max_length, q_tokens + q_more + 1))
 
+    def prepare_with(given: Sequence[Request]) -> list:
+        return [service._prepare(q, docs, truncate=True, chunks=1, doc_tokens=None, docs_field="texts") for q, docs in given]
+
     def prepare() -> list:
-        return [service._prepare(q, docs, truncate=True, chunks=1, doc_tokens=None, docs_field="texts") for q, docs in requests]
+        return prepare_with(requests)
+
+    rotated = [(requests[(i + 1) % len(requests)][0], docs) for i, (_q, docs) in enumerate(requests)]
 
     def model_input(prepared: list) -> None:
         for pairs, _lengths, _owner, encodings in prepared:
@@ -175,6 +184,10 @@ def measure_family(model, requests: Sequence[Request], *, rounds: int, batch: in
         inp = cpu_seconds(lambda: model_input(prepared))  # noqa: B023
         best["prepare"], best["input"] = min(best["prepare"], prep), min(best["input"], inp)
         best["serve"] = min(best["serve"], prep + inp)
+        # warm: the documents are last round's (caches kept), each under another request's query
+        t0 = time.process_time()
+        model_input(prepare_with(rotated))
+        best["serve-warm"] = min(best["serve-warm"], time.process_time() - t0)
         clear_caches(service.model)
         best["predict"] = min(best["predict"], cpu_seconds(predict_input))
     return {k: v / n * 1e6 for k, v in best.items()}
@@ -333,7 +346,8 @@ def main() -> None:
     print(f"machine: {machine()}; CPU flags: {cpu_flags()}; torch {torch.__version__}; load average {os.getloadavg()[0]:.1f}; "
           f"{args.requests} requests × {args.docs} docs (zh/sohu dc-test), batches of {args.batch}, best of {args.rounds} rounds"
           + (f" × {args.turns} turns" if args.baseline else ""))
-    print("µs of CPU time per pair (all threads); serve = prepare + input (the service), predict = featurize of whole pairs")
+    print("µs of CPU time per pair (all threads); serve = prepare + input (the service, every text new), serve-warm = the "
+          "same documents under new queries (per-text caches hold them), predict = featurize of whole pairs")
     ours: dict[str, dict[str, float]] = {}
     theirs: dict[str, dict[str, float]] = {}
     for _ in range(args.turns if args.baseline else 1):
@@ -342,19 +356,20 @@ def main() -> None:
                 theirs[key] = {s: min(v, theirs.get(key, {}).get(s, float("inf"))) for s, v in cells.items()}
         for key, cells in measure_all(families, lengths, args).items():
             ours[key] = {s: min(v, ours.get(key, {}).get(s, float("inf"))) for s, v in cells.items()}
-    head = f"{'family':<11}{'len':>5}" + "".join(f"{s:>10}" for s in STAGES)
+    head = f"{'family':<11}{'len':>5}" + "".join(f"{s:>11}" for s in STAGES)
     if args.baseline:
         head += f"{'base serve':>12}{'base pred':>11}{'serve ×':>9}{'pred ×':>8}"
     print(head)
     for key, cells in ours.items():
         family, length = key.split("@")
-        line = f"{family:<11}{length:>5}" + "".join(f"{cells[s]:>10.1f}" for s in STAGES)
+        line = f"{family:<11}{length:>5}" + "".join(f"{cells[s]:>11.1f}" for s in STAGES)
         if key in theirs:
             base = theirs[key]
             line += f"{base['serve']:>12.1f}{base['predict']:>11.1f}{base['serve'] / cells['serve']:>8.1f}x{base['predict'] / cells['predict']:>7.1f}x"
         goal = GOALS.get(family)
         if goal is not None and length == "256":
-            line += f"   goal serve ≤ {goal}: {'met' if cells['serve'] <= goal else 'missed'}"
+            line += (f"   goal serve ≤ {goal}: {'met' if cells['serve'] <= goal else 'missed'} cold, "
+                     f"{'met' if cells['serve-warm'] <= goal else 'missed'} with the documents seen before")
         print(line)
     from bench.rerank_throughput import workload
 

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import click
 
-from bench.eval_common import AUGMENTED_BM25, DATA_KEYS, FIRST_STAGES, RAW_BM25, REPO, SECTIONS, ReportError, ReportSettings, Table, load_tables, save_table
+from bench.eval_common import AUGMENTED_BM25, DATA_KEYS, DEFAULT_SEEDS, FIRST_STAGES, RAW_BM25, REPO, SECTIONS, ReportError, ReportSettings, Table, load_tables, save_table
 
 logger = logging.getLogger(__name__)
 
@@ -310,7 +310,8 @@ def render(tables: list[Table], *, seeds: tuple[int, ...], plots_dir: Path | Non
 @click.option("--elasticsearch", default=None, help="Elasticsearch URL (default: $JINGPAI_TEST_ELASTICSEARCH_URL, else a node is started).")
 @click.option("--start-engines/--no-start-engines", default=True, show_default=True, help="Start local engines (jingpai.engine.harness) when no URL is given.")
 @click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None, help="Torch device (default: CUDA when available).")
-@click.option("--seeds", default="0,1,2", show_default=True, help="Seeds of the repeated model runs.")
+@click.option("--seeds", default=",".join(map(str, DEFAULT_SEEDS)), show_default=True,
+              help="Seeds of the repeated model runs; the first picks the trained run the judged section serves.")
 @click.option("--results-dir", type=click.Path(file_okay=False, path_type=Path), default=None, help="Table JSON folder [out/report or out/report-quick].")
 @click.option("--models-dir", type=click.Path(file_okay=False, path_type=Path), default=REPO / "out" / "models", show_default=True)
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=REPO / "out" / "work", show_default=True)

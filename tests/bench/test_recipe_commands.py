@@ -58,3 +58,14 @@ def test_a_broken_line_is_caught() -> None:
         parse(["--model", "use-bi", "--bogus", "1"])
     with pytest.raises(click.BadParameter, match="'words' is not one of"):
         parse(["--model", "use-bi", "--batching", "words"])
+
+
+def test_a_row_command_names_seeds_other_than_the_default():
+    """The first of --seeds picks the trained run the judged section serves: a row measured on seed 2's models must
+    rerun with them, and must not share seed 0's rerun command (the key a saved row is merged by)."""
+    from bench.eval_common import DEFAULT_SEEDS, ReportSettings
+
+    assert "--seeds" not in ReportSettings(seeds=DEFAULT_SEEDS).command("judged", "judged.a14.opensearch")
+    assert "--seeds" not in ReportSettings(seeds=(0, 1)).command("judged", "judged.a14.opensearch")
+    assert ReportSettings(seeds=(2,)).command("judged", "judged.a14.opensearch") == (
+        "python -m bench report --sections judged --only judged.a14.opensearch --seeds 2")
