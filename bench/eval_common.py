@@ -149,7 +149,7 @@ def mean_std(values: list[float]) -> dict[str, float]:
 
 #: engine weights tried for a linear fusion on a tuning set (1.0 — the model weighs nothing — is not reranking)
 TUNE_WEIGHTS = tuple(round(i / 10, 1) for i in range(10))
-DEFAULT_SEEDS = (0, 1, 2)  # the report's repeated runs; a row whose command names other seeds is another record
+DEFAULT_SEEDS = (0, 1, 2)  # the report's repeated runs; a first seed other than 0 serves other models, so rows name it
 
 
 def best_weight(curve: dict[float, float]) -> float:

@@ -151,11 +151,8 @@ def measure_family(model, requests: Sequence[Request], *, rounds: int, batch: in
             (q_tokens, _end, q_more, _), = m.cut_encodings([query], cap=1 << 30)
             m.cut_encodings(docs, cap=max(service.max_length, q_tokens + q_more + 1))
 
-    def prepare_with(given: Sequence[Request]) -> list:
+    def prepare(given: Sequence[Request] = requests) -> list:
         return [service._prepare(q, docs, truncate=True, chunks=1, doc_tokens=None, docs_field="texts") for q, docs in given]
-
-    def prepare() -> list:
-        return prepare_with(requests)
 
     rotated = [(requests[(i + 1) % len(requests)][0], docs) for i, (_q, docs) in enumerate(requests)]
 
@@ -186,7 +183,7 @@ def measure_family(model, requests: Sequence[Request], *, rounds: int, batch: in
         best["serve"] = min(best["serve"], prep + inp)
         # warm: the documents are last round's (caches kept), each under another request's query
         t0 = time.process_time()
-        model_input(prepare_with(rotated))
+        model_input(prepare(rotated))
         best["serve-warm"] = min(best["serve-warm"], time.process_time() - t0)
         clear_caches(service.model)
         best["predict"] = min(best["predict"], cpu_seconds(predict_input))
