@@ -63,6 +63,8 @@ RUN_OPTIONS: dict[str, Opt] = {
                         help="Largest share of rejected records for the new index to replace the live one (0.01 = 1%)."),
     "force": Opt(help="Move the alias even if the new index is empty or over --max-rejected."),
     "keywords_top_k": Opt(flag="--keywords", type=click.IntRange(min=0), help="Keywords kept per document."),
+    "rerank_keywords": Opt(help="Also store each document's keywords of the text the gateway reranks (jingpai.rk), so a "
+                                "keyword reranker (kwbert, use-kw) on the same dictionary need not segment the hits (needs --dict)."),
     "quarantine_dir": Opt(type=click.Path(file_okay=False, path_type=Path)),
     "rebuild": Opt(help="Build a new physical index even if one exists for this dictionary."),
     "progress": Opt(flag="--no-progress", negate=True, help="No progress bar."),

@@ -18,6 +18,7 @@ import orjson
 
 from jingpai.errors import UserError
 from jingpai.indexer.mapping import META_KEY, IndexMeta, encode_weights
+from jingpai.indexer.rerank_keywords import rerank_text, text_digest
 
 if TYPE_CHECKING:
     from jingpai.indexer.settings import IndexSettings
@@ -122,6 +123,8 @@ class DocumentBuilder:
                 extra["kw"] = encoded
         else:
             extra["keywords"] = []
+        if self.meta.rerank_keywords is not None and self.keywords is not None:
+            extra["rk"] = self._rerank_keywords(texts, tokens)
         document = {**fields, META_KEY: extra}
         source = json.dumps(document, ensure_ascii=False)
         if vector is not None:
@@ -140,6 +143,20 @@ class DocumentBuilder:
             )
         return doc_id, document, source
 
+
+    def _rerank_keywords(self, texts: dict[str, str], tokens: dict[str, list[str]]) -> dict:
+        """``jingpai.rk``: the keywords of the text the gateway sends the reranker (:mod:`~jingpai.indexer.rerank_keywords`)."""
+        spec = self.meta.rerank_keywords
+        assert spec is not None and self.keywords is not None
+        text = rerank_text(texts, spec.fields, chars=spec.chars)
+        present = [f for f in spec.fields if texts.get(f)]
+        if len(present) == 1 and len(texts[present[0]]) <= spec.chars:
+            # the whole of one field: its segmentation is already made (the extractor's own cut differs only in
+            # whitespace tokens, which are never dictionary words)
+            weighted = self.keywords.weighted_tokens(tokens[present[0]])
+        else:
+            weighted = self.keywords.weighted(text)
+        return {"sha1": text_digest(text), "words": [word for word, _ in weighted]}
 
     def _no_vector(self, texts: dict[str, str]) -> Rejection:
         names = ", ".join(texts)

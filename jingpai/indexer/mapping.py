@@ -17,7 +17,9 @@ and once per document:
 - ``jingpai.vector`` — with ``jingpai index --vectors MODEL`` only: the document's unit vector from a
   bi-encoder, HNSW-indexed (:meth:`Engine.vector_mapping <jingpai.engine.client.Engine.vector_mapping>`);
   ``_meta`` records the model's id (folder name @ hash of its config and weights), the dimension and the
-  chunking, so the gateway can tell which model must embed the queries for this index.
+  chunking, so the gateway can tell which model must embed the queries for this index;
+- ``jingpai.rk`` — with ``jingpai index --rerank-keywords`` only: the keywords of the text the gateway sends the
+  reranker, with that text's digest (:mod:`jingpai.indexer.rerank_keywords`), stored but not indexed.
 
 ``_meta.jingpai`` records all of this plus the dictionary and jingpai versions; :func:`read_meta`
 gives it back to the gateway.
@@ -33,6 +35,7 @@ from jingpai import __version__
 from jingpai.engine.client import Engine
 from jingpai.engine.vectors import VectorIndex
 from jingpai.errors import UserError
+from jingpai.indexer.rerank_keywords import RerankKeywords
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +76,8 @@ class IndexMeta:
     #: how the engine indexes them (``hnsw`` / ``flat``); ``None`` without vectors, and in indices built before it was
     #: recorded (which are all HNSW)
     vector_index: VectorIndex | None = None
+    #: with ``--rerank-keywords``: how each document's keywords of its rerank text were found (``None``: not stored)
+    rerank_keywords: RerankKeywords | None = None
 
     def __post_init__(self) -> None:
         if not self.seg_fields:
@@ -87,6 +92,8 @@ class IndexMeta:
     def from_dict(cls, data: dict) -> IndexMeta:
         data = dict(data)
         data["text_fields"] = tuple(data["text_fields"])
+        if data.get("rerank_keywords") is not None:
+            data["rerank_keywords"] = RerankKeywords.from_dict(data["rerank_keywords"])
         return cls(**data)
 
 
@@ -135,6 +142,8 @@ def build_mapping(meta: IndexMeta, *, vector_mapping: dict | None = None) -> dic
                     "keywords": {"type": "keyword"},
                     "kw": kw,
                     "entity_scores": entities,
+                    # read back with the hit (the gateway sends them to the reranker), never searched
+                    **({"rk": {"type": "object", "enabled": False}} if meta.rerank_keywords is not None else {}),
                     **({"vector": vector_mapping} if vector_mapping is not None else {}),
                 }
             },

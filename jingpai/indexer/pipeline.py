@@ -34,6 +34,7 @@ from jingpai.indexer.report import IndexReport
 from jingpai.indexer.settings import IndexSettings
 from jingpai.indexer.vector_reuse import BatchVectors, LiveVectors, attach_vectors
 from jingpai.indexer.vectors import DocumentVectors, Embedder, with_vectors
+from jingpai.indexer.rerank_keywords import RERANK_CHARS, RerankKeywords
 from jingpai.indexer.versions import choose_physical_index
 
 if TYPE_CHECKING:
@@ -78,9 +79,10 @@ class Target:
 
     @classmethod
     def choose(cls, engine: Engine, settings: IndexSettings, dict_version: str | None, *, vector_model: str | None = None,
-               vector_index: str | None = None) -> Target:
+               vector_index: str | None = None, rerank_keywords: bool = False) -> Target:
         physical, exists = choose_physical_index(
             engine, settings.index, dict_version, rebuild=settings.rebuild, vector_model=vector_model, vector_index=vector_index,
+            rerank_keywords=rerank_keywords,
         )
         live_before = engine.alias_targets(settings.index)
         live_meta: IndexMeta | None = None
@@ -164,15 +166,22 @@ def open_run(
             f"vectors from {settings.vectors} were asked for but no model was loaded: pass "
             "embedder=jingpai.jobs.document_vectors.load_embedder(settings.vectors)"
         )
+    if settings.rerank_keywords and dict_version is None:
+        raise IndexingError("--rerank-keywords stores dictionary keywords: it needs a dictionary (--dict DIR)")
     weight_enc, entity_enc = engine_encodings(engine)
+    rerank_keywords = (
+        RerankKeywords(fields=tuple(settings.text_fields), chars=RERANK_CHARS, top_k=settings.keywords_top_k, dict_version=dict_version)
+        if settings.rerank_keywords and dict_version is not None else None
+    )
     meta = IndexMeta(
         text_fields=tuple(settings.text_fields), dict_version=dict_version, weight_encoding=weight_enc,
-        entity_encoding=entity_enc, id_field=settings.id_field,
+        entity_encoding=entity_enc, id_field=settings.id_field, rerank_keywords=rerank_keywords,
     )
     if embedder is not None:
         engine.check_vectors()
         meta = with_vectors(meta, embedder, settings.vector_chunking, settings.vector_index)
-    target = Target.choose(engine, settings, dict_version, vector_model=meta.vector_model, vector_index=meta.vector_index)
+    target = Target.choose(engine, settings, dict_version, vector_model=meta.vector_model, vector_index=meta.vector_index,
+                           rerank_keywords=meta.rerank_keywords is not None)
     run_id = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + uuid.uuid4().hex[:6]
     quarantine = Quarantine(Path(settings.quarantine_dir) / f"{settings.index}.rejected.jsonl", run_id=run_id)
     report = IndexReport(alias=settings.index, physical_index=target.physical, quarantine_file=quarantine.path, run_id=run_id)

@@ -47,6 +47,10 @@ class IndexSettings:
             new physical index to replace the live one.
         force: move the alias even when the new index fails :func:`check_build`.
         keywords_top_k: keywords kept per document.
+        rerank_keywords: also store each document's keywords of the text the gateway reranks (its text fields
+            joined, cut to :data:`~jingpai.indexer.rerank_keywords.RERANK_CHARS` characters) in ``jingpai.rk``, so
+            a keyword reranker (``kwbert``, ``use-kw``) built on the same dictionary need not segment the hits
+            again (needs a dictionary; costs a second segmentation of documents with several fields or longer texts).
         quarantine_dir: where ``<index>.rejected.jsonl`` is written.
         rebuild: build a new physical index even if one exists for this dictionary version.
         retries: attempts per bulk request on connection errors / 429 / 5xx (exponential backoff).
@@ -81,6 +85,7 @@ class IndexSettings:
     max_rejected: float = 0.01
     force: bool = False
     keywords_top_k: int = 20
+    rerank_keywords: bool = False
     quarantine_dir: Path = Path(".")
     rebuild: bool = False
     retries: int = 6

@@ -46,6 +46,8 @@ class PhysicalIndex:
     vector_model: str | None = None
     vector_dims: int | None = None
     vector_index: str | None = None
+    #: whether its documents carry their rerank keywords (``jingpai index --rerank-keywords``)
+    rerank_keywords: bool = False
 
 
 def _tag(dict_version: str | None) -> str:
@@ -59,33 +61,34 @@ def list_versions(engine: Engine, alias: str) -> list[PhysicalIndex]:
     matched = [(name, docs, m) for name, docs in engine.indices(f"{alias}-*").items() if (m := pattern.match(name))]
     metas = _vector_metas(engine, alias) if matched else {}
     found = [
-        PhysicalIndex(name, m.group(1), int(m.group(2)), docs, name in live, *metas.get(name, (None, None, None)))
+        PhysicalIndex(name, m.group(1), int(m.group(2)), docs, name in live, *metas.get(name, (None, None, None, False)))
         for name, docs, m in matched
     ]
     return sorted(found, key=lambda p: p.generation)
 
 
-def _vector_metas(engine: Engine, alias: str) -> dict[str, tuple[str | None, int | None, str | None]]:
-    """``{physical index: (vector model, dimension, vector index)}`` from the ``_meta`` of every index named
-    ``<alias>-*`` (one request); the dictionary version is in the name, the vector model only here."""
+def _vector_metas(engine: Engine, alias: str) -> dict[str, tuple[str | None, int | None, str | None, bool]]:
+    """``{physical index: (vector model, dimension, vector index, rerank keywords)}`` from the ``_meta`` of every index
+    named ``<alias>-*`` (one request); the dictionary version is in the name, the rest only here."""
     out = {}
     for name, body in engine.get_mapping(f"{alias}-*").items():
         meta = ((body.get("mappings") or {}).get("_meta") or {}).get(META_KEY) or {}
         model = meta.get("vector_model")
-        out[name] = (model, meta.get("vector_dims"), (meta.get("vector_index") or "hnsw") if model else None)
+        out[name] = (model, meta.get("vector_dims"), (meta.get("vector_index") or "hnsw") if model else None, bool(meta.get("rerank_keywords")))
     return out
 
 
 def choose_physical_index(
     engine: Engine, alias: str, dict_version: str | None, *, rebuild: bool = False, vector_model: str | None = None,
-    vector_index: str | None = None,
+    vector_index: str | None = None, rerank_keywords: bool = False,
 ) -> tuple[str, bool]:
     """``(physical index name, already exists)`` for a run with ``dict_version``, ``vector_model`` and ``vector_index``.
 
     The newest physical index of the same dictionary version is resumed into when it holds vectors of the
     same model indexed the same way (or none, and the run has none); a run with another vector model or vector
     index (or vectors where there were none, or none where there were) builds a new generation, since a
-    mapping's vector field cannot change.
+    mapping's vector field cannot change. So does a run that stores rerank keywords (``--rerank-keywords``) where
+    the index has none, or the reverse: its documents would hold them only in part.
     """
     if engine.index_exists(alias) and not engine.alias_targets(alias):
         raise IndexVersionError(
@@ -96,12 +99,16 @@ def choose_physical_index(
     same = [p for p in versions if p.dict_version == tag]
     if same and not rebuild:
         if (same[-1].vector_model, same[-1].vector_index) == (vector_model, vector_index if vector_model else None):
-            return same[-1].name, True
-        logger.info(
-            "%s has vectors from %s (%s) and this run %s: building a new generation", same[-1].name,
-            same[-1].vector_model or "no model", same[-1].vector_index or "-",
-            f"from {vector_model} ({vector_index})" if vector_model else "has none",
-        )
+            if same[-1].rerank_keywords == rerank_keywords:
+                return same[-1].name, True
+            logger.info("%s %s rerank keywords and this run %s: building a new generation", same[-1].name,
+                        "stores" if same[-1].rerank_keywords else "has no", "has none" if same[-1].rerank_keywords else "stores them")
+        else:
+            logger.info(
+                "%s has vectors from %s (%s) and this run %s: building a new generation", same[-1].name,
+                same[-1].vector_model or "no model", same[-1].vector_index or "-",
+                f"from {vector_model} ({vector_index})" if vector_model else "has none",
+            )
     generation = max((p.generation for p in versions), default=0) + 1
     return f"{alias}-{tag}-{generation}", False
 

@@ -59,6 +59,9 @@ class ServedModel:
 
     model_id: str | None
     max_batch: int | None
+    #: the keyword dictionary of a ``jingpai serve`` keyword model (``dictionary_version``): stored keywords of that
+    #: version are sent with the texts (``None``: none are)
+    dictionary_version: str | None = None
 
     @classmethod
     def from_info(cls, info: Any) -> ServedModel:
@@ -71,7 +74,9 @@ class ServedModel:
             name = name.get("name")
         limits = info.get("limits") if isinstance(info.get("limits"), dict) else {}
         batch = info.get("max_client_batch_size", limits.get("max_docs"))
-        return cls(str(name) if name else None, batch if isinstance(batch, int) and batch > 0 else None)
+        version = info.get("dictionary_version")
+        return cls(str(name) if name else None, batch if isinstance(batch, int) and batch > 0 else None,
+                   version if isinstance(version, str) and version else None)
 
 
 class CircuitBreaker:
@@ -173,6 +178,7 @@ class RerankClient:
         self.breaker = breaker or CircuitBreaker()
         self._client = answers.client(self.timeout_s)
         self._served: ServedModel | None = None
+        self._unsent_versions: set[str] = set()  # index dictionary versions whose keywords this reranker does not read (logged once)
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -219,8 +225,10 @@ class RerankClient:
                         self._served.max_batch or "any number of")
         return self._served
 
-    async def rerank(self, query: str, texts: Sequence[str]) -> list[float]:
-        """Scores of ``texts`` against ``query``, in input order, within ``timeout_ms``.
+    async def rerank(self, query: str, texts: Sequence[str], *, keywords: dict | None = None) -> list[float]:
+        """Scores of ``texts`` against ``query``, in input order, within ``timeout_ms``. ``keywords``: the texts'
+        stored keywords (``{"dictionary_version", "top_k", "words"}``, ``words`` parallel to ``texts``), sent only to a
+        model whose ``/info`` names that dictionary version (a keyword model of the same dictionary).
 
         Raises:
             RerankUnavailable: breaker open, timeout, connection failure, HTTP error or malformed answer.
@@ -228,21 +236,32 @@ class RerankClient:
         if not self.breaker.allow():
             raise RerankUnavailable("circuit_open", f"reranker at {self.url} failed repeatedly; circuit breaker is open")
         try:
-            parts = await self._deadline(self._scores(query, texts))
+            parts = await self._deadline(self._scores(query, texts, keywords))
         except RerankUnavailable:
             self.breaker.record_failure()
             raise
         self.breaker.record_success()
         return [score for part in parts for score in part]
 
-    async def _scores(self, query: str, texts: Sequence[str]) -> list[list[float]]:
+    async def _scores(self, query: str, texts: Sequence[str], keywords: dict | None) -> list[list[float]]:
         served = await self._describe()
         size = served.max_batch or max(len(texts), 1)
-        return await asyncio.gather(*(self._rerank(query, texts[i : i + size]) for i in range(0, len(texts), size)))
+        if keywords is not None and keywords["dictionary_version"] != served.dictionary_version:
+            if keywords["dictionary_version"] not in self._unsent_versions:
+                self._unsent_versions.add(keywords["dictionary_version"])
+                logger.info("not sending the index's keywords (dictionary %s): the reranker at %s reads %s", keywords["dictionary_version"],
+                            self.url, f"dictionary {served.dictionary_version}" if served.dictionary_version else "no keywords")
+            keywords = None
+        return await asyncio.gather(*(
+            self._rerank(query, texts[i : i + size], None if keywords is None else {**keywords, "words": keywords["words"][i : i + size]})
+            for i in range(0, len(texts), size)
+        ))
 
-    async def _rerank(self, query: str, texts: Sequence[str]) -> list[float]:
+    async def _rerank(self, query: str, texts: Sequence[str], keywords: dict | None = None) -> list[float]:
         """One ``POST /rerank`` (TEI's request: ``truncate`` on, normalized scores), its answer validated."""
         payload = {"query": query, "texts": list(texts), "truncate": True, "raw_scores": False, "return_text": False}
+        if keywords is not None:
+            payload["keywords"] = keywords
         try:
             answer = await fetch(self._client, "POST", f"{self.url}/rerank", max_bytes=self.max_answer_bytes, payload=payload)
             if answer.status != 200:

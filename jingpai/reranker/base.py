@@ -155,6 +155,14 @@ class Reranker(ABC):
         """
         return False
 
+    def give_keywords(self, texts: Sequence[str], words: Sequence[Sequence[str] | None], *, version: str, top_k: int) -> int:
+        """Take ``words[i]`` as the dictionary keywords of ``texts[i]`` (best first, the top ``top_k`` ranked with
+        dictionary ``version``: what ``jingpai index --rerank-keywords`` stores), so that scoring those texts need
+        not find them again; returns how many were taken. A keyword model takes them only from its own dictionary
+        version (:class:`~jingpai.reranker.text_keywords.TextKeywords`); a model that reads no keywords takes none,
+        the default here."""
+        return 0
+
     def save_assets(self, directory: Path) -> None:
         """Write tokenizer / vocabulary / other files needed to rebuild the model (not the weights)."""
 

@@ -117,6 +117,17 @@ def test_billed_search_units_follow_coheres_rule(url: str) -> None:
     assert units(["经" * 997, "短文"]) == 1  # 999 tokens with the query: 2 chunks, plus 1 document
 
 
+def test_a_max_tokens_per_doc_past_a_c_long_counts_every_token(url: str) -> None:
+    """Valid JSON (a positive integer) of any size: the tokenizer's cap takes a C long, so it is bounded first (a
+    2**70 once raised OverflowError, a 500, found by the schema test)."""
+    import httpx
+
+    body = {"model": MODEL, "query": "中国", "documents": ["经" * 600, "短文"], "max_tokens_per_doc": 2**70}
+    answer = httpx.post(f"{url}/v2/rerank", json=body, timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["meta"]["billed_units"]["search_units"] == 1
+
+
 def test_errors_are_the_sdks_exceptions_with_coheres_message(url: str) -> None:
     client = cohere.ClientV2(api_key="unused", base_url=url)
     with pytest.raises(cohere.UnprocessableEntityError) as caught:

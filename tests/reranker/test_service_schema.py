@@ -46,10 +46,11 @@ FUSION_PARAMETERS = ("fusion", "fusion_weight", "rrf_k")
 
 
 def parallel_scores(context: schemathesis.HookContext, case: schemathesis.Case) -> schemathesis.Case:
-    """Make a valid ``/rerank`` case meet the one rule JSON Schema cannot state: ``scores`` parallel to ``texts``.
+    """Make a valid ``/rerank`` case meet the rules JSON Schema cannot state: ``scores`` and ``keywords.words``
+    parallel to ``texts``.
 
-    (Fusion parameters need ``scores`` too.) The schema's descriptions state the rule and
-    ``test_service.py`` pins the 422s for breaking it; invalid cases are left as generated.
+    (Fusion parameters need ``scores`` too.) The schema's descriptions state the rules; ``test_service.py`` and
+    ``test_keyword_serving.py`` pin the 422s for breaking them; invalid cases are left as generated.
     """
     body = case.body
     if (
@@ -64,6 +65,9 @@ def parallel_scores(context: schemathesis.HookContext, case: schemathesis.Case) 
             body["scores"] = (scores + [0.0] * len(body["texts"]))[: len(body["texts"])]
         elif any(body.get(name) is not None for name in FUSION_PARAMETERS) and body.get("fusion") != "replace":
             body["scores"] = [float(i) for i in range(len(body["texts"]))]
+        keywords = body.get("keywords")
+        if isinstance(keywords, dict) and isinstance(keywords.get("words"), list):
+            keywords["words"] = (keywords["words"] + [None] * len(body["texts"]))[: len(body["texts"])]
     return case
 
 

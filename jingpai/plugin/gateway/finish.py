@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from jingpai.plugin.gateway.hybrid import rerank_split
 from jingpai.plugin.gateway.plan import SearchPlan
 from jingpai.plugin.gateway.rerank import BoundedReranker, fail_open_hint
-from jingpai.plugin.gateway.source import doc_text, unfold_page
+from jingpai.plugin.gateway.source import doc_text, stored_keywords, unfold_page
 from jingpai.plugin.rerank_client import RerankUnavailable
 from jingpai.reranker.fusion import fused_order
 
@@ -77,9 +77,15 @@ async def finish(plan: SearchPlan, data: dict, reranker: BoundedReranker | None,
         logger.warning("not reranking: none of the %d hits has text in %s", len(window), list(plan.fields))
         data["hits"]["hits"] = _page(plan, hits)
         return _done(plan, data, reason="no_document_text", **extra)
+    keywords = None
+    if plan.rerank_keywords is not None:
+        stored = plan.rerank_keywords
+        words = [stored_keywords(h, stored.field, t) for h, t in zip(window, texts, strict=True)]
+        if any(w is not None for w in words):
+            keywords = {"dictionary_version": stored.dict_version, "top_k": stored.top_k, "words": words}
     started = time.perf_counter()
     try:
-        scores = await reranker.scores(plan.query_text, texts, slots)
+        scores = await reranker.scores(plan.query_text, texts, slots, keywords=keywords)
     except RerankUnavailable as exc:
         if log:
             logger.warning("serving engine order (fail-open): %s%s", exc, fail_open_hint(exc.reason))

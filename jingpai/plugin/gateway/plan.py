@@ -23,6 +23,7 @@ from types import MappingProxyType
 from typing import Any
 
 from jingpai.indexer.mapping import IndexMeta
+from jingpai.indexer.rerank_keywords import RerankKeywords
 from jingpai.plugin.augment import QueryRewriter, RewriteResult, find_full_text
 from jingpai.plugin.filter_path import FilterPath
 from jingpai.plugin.gateway.errors import BadGatewayRequest, NotOursToJudge
@@ -73,6 +74,8 @@ class SearchPlan:
     filter_path: FilterPath | None = None
     #: whether ``body`` differs from what the client sent (else the client's bytes are forwarded as they came)
     rewritten: bool = False
+    #: the index's stored rerank keywords, fetched with the window (``None``: none stored, or ``_source`` hides them)
+    rerank_keywords: RerankKeywords | None = None
     #: the kNN half of a hybrid search (``None``: BM25 alone)
     hybrid: HybridPlan | None = None
     #: the response's ``jingpai.hybrid`` as planned (``None``: the index has no vectors)
@@ -348,9 +351,15 @@ def _rerank_plan(base: dict[str, Any], search: SearchRequest, meta: IndexMeta, s
     query_text = ext.query or base["rewrite"].query_text or params.get("q", "")
     fields = tuple(ext.fields or settings.rerank_fields or meta.text_fields)
     # URL source filters are folded into the body so one place decides what the window must return
-    source = fold_source(body, params, fields)
+    stored = meta.rerank_keywords
+    source = fold_source(body, params, fields if stored is None or stored.field in fields else (*fields, stored.field))
+    if stored is not None and stored.field not in fields:
+        # fetched for the reranker's request, never reranked on as text
+        fetched = stored.field in source.fields
+        source = replace(source, fields=tuple(f for f in source.fields if f != stored.field))
+        stored = stored if fetched else None
     base["rewritten"] = True
-    return SearchPlan(**base, rerank=True, filter_path=filter_path, query_text=query_text, source=source)
+    return SearchPlan(**base, rerank=True, filter_path=filter_path, query_text=query_text, source=source, rerank_keywords=stored)
 
 
 __all__ = [

@@ -62,8 +62,10 @@ class BoundedReranker:
             self._slots = asyncio.Semaphore(self.settings.rerank_concurrency)
         return self._slots
 
-    async def scores(self, query: str, texts: Sequence[str], slots: tuple[asyncio.Semaphore, ...] = ()) -> list[float]:
+    async def scores(self, query: str, texts: Sequence[str], slots: tuple[asyncio.Semaphore, ...] = (), *,
+                     keywords: dict | None = None) -> list[float]:
         """The reranker's scores, once a slot of each of ``slots`` and of the gateway-wide bound is held.
+        ``keywords``: the texts' stored keywords (the service's ``keywords`` object, ``words`` parallel to ``texts``).
 
         Raises:
             RerankUnavailable: no slot within ``timeout_ms`` (``reranker_busy``), or the reranker failed.
@@ -81,13 +83,13 @@ class BoundedReranker:
                     f"no rerank slot free within {settings.timeout_ms} ms ({settings.rerank_concurrency} calls at once "
                     f"gateway-wide, {settings.msearch_rerank_concurrency} per _msearch)",
                 ) from exc
-            return await self._call(clean_text(query), [clean_text(t) for t in texts])
+            return await self._call(clean_text(query), [clean_text(t) for t in texts], keywords)
 
-    async def _call(self, query: str, texts: list[str]) -> list[float]:
+    async def _call(self, query: str, texts: list[str], keywords: dict | None) -> list[float]:
         started = time.perf_counter()
         outcome = "ok"
         try:
-            return await self.client.rerank(query, texts)
+            return await self.client.rerank(query, texts, keywords=keywords)
         except RerankUnavailable as exc:
             outcome = exc.reason
             raise

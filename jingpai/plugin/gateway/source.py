@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from jingpai.indexer.rerank_keywords import text_digest
 from jingpai.plugin.gateway.errors import NotOursToJudge
 
 # the whole gateway logs under one name, as before it was a package (operators' logging configs name it)
@@ -57,16 +58,21 @@ def get_path(source: dict, path: str) -> Any:
 
 
 def pop_path(source: dict, path: str) -> None:
-    """Remove the value at a dotted ``path`` (a flat dotted key first)."""
+    """Remove the value at a dotted ``path`` (a flat dotted key first), and the objects it leaves empty (the engines
+    return no empty object for a source filter, so one left here held only what was removed)."""
     if path in source:
         source.pop(path)
         return
     parts = path.split(".")
-    node: Any = source
+    nodes: list[Any] = [source]
     for part in parts[:-1]:
-        node = node.get(part) if isinstance(node, dict) else None
-    if isinstance(node, dict):
-        node.pop(parts[-1], None)
+        nodes.append(nodes[-1].get(part) if isinstance(nodes[-1], dict) else None)
+    if not isinstance(nodes[-1], dict) or parts[-1] not in nodes[-1]:
+        return
+    nodes[-1].pop(parts[-1])
+    for depth in range(len(parts) - 1, 0, -1):
+        if nodes[depth] == {}:
+            nodes[depth - 1].pop(parts[depth - 1])
 
 
 def fold_url_source(body: dict, params: dict[str, str]) -> None:
@@ -143,4 +149,15 @@ def doc_text(hit: dict, fields: tuple[str, ...], doc_chars: int) -> str:
     return "\n".join(parts)[:doc_chars]
 
 
-__all__ = ["SourceFold", "as_list", "doc_text", "fold_source", "fold_url_source", "get_path", "pop_path", "selects", "unfold_page"]
+def stored_keywords(hit: dict, field: str, text: str) -> list[str] | None:
+    """The keywords the index stored for ``hit`` (``jingpai index --rerank-keywords``) when they are those of
+    ``text``, the text the reranker gets (the stored digest is ``text``'s); ``None``: none stored, stored for another
+    text (other rerank fields, another cut), or not of the stored shape (a document written by something else)."""
+    stored = get_path(hit.get("_source") or {}, field)
+    if not isinstance(stored, dict) or stored.get("sha1") != text_digest(text):
+        return None
+    words = stored.get("words")
+    return words if isinstance(words, list) and all(isinstance(w, str) for w in words) else None
+
+
+__all__ = ["SourceFold", "as_list", "doc_text", "stored_keywords", "fold_source", "fold_url_source", "get_path", "pop_path", "selects", "unfold_page"]

@@ -21,7 +21,6 @@ Example:
 from __future__ import annotations
 
 import copy
-import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from jingpai.reranker.base import ModelLoadError, Pair, Reranker, RerankerConfig
 from jingpai.reranker.featurize import keyword_flags
 from jingpai.reranker.models.cross import load_backbone, save_backbone, soft_targets
 from jingpai.reranker.packed_pairs import pack_pairs, pair_encoder
+from jingpai.reranker.text_keywords import TextKeywords
 
 if TYPE_CHECKING:
     from jingpai.keyword_dict import Dictionary
@@ -272,13 +272,13 @@ class KeywordBertReranker(Reranker):
 
             self._keywords = KeywordExtractor(dictionary, top_k=self.config.top_k_keywords)
         keywords = self._keywords
+        self._cached_words = TextKeywords(
+            keywords.words if keywords is not None else lambda text: (), top_k=self.config.top_k_keywords, version=self.keyword_dict_version,
+        )
 
-        # a request's query is in every one of its pairs, and training revisits each text once per epoch
-        @functools.lru_cache(maxsize=50_000)
-        def words(text: str) -> tuple[str, ...]:
-            return tuple(keywords.words(text)) if keywords is not None else ()
-
-        self._cached_words = words
+    def give_keywords(self, texts: Sequence[str], words: Sequence[Sequence[str] | None], *, version: str, top_k: int) -> int:
+        """Known keywords of ``texts`` (an index's, ranked by dictionary ``version``): see :meth:`TextKeywords.give`."""
+        return self._cached_words.give(texts, words, version=version, top_k=top_k)
 
     def keywords(self, text: str) -> list[str]:
         """The keywords of ``text`` the model uses (best first)."""

@@ -47,6 +47,7 @@ from jingpai.reranker.losses import in_window_loss
 from jingpai.reranker.models.cross import soft_targets
 from jingpai.reranker.models.kwbert import DICTIONARY_DIR, SIDE_A, SIDE_B, SPECIAL, keyword_attention_mask, resolve_dictionary
 from jingpai.reranker.models.use_bi import in_batch_loss, unique_texts
+from jingpai.reranker.text_keywords import TextKeywords
 from jingpai.reranker.use_backbone import OUT_DIM, TOKEN_DIM, UseEncoder, UseTokenizer, pad
 
 if TYPE_CHECKING:
@@ -162,16 +163,18 @@ class UseKwNet(nn.Module):
 
 
 class _FlagCache:
-    """``flags(text, pieces)`` cached per ``(text, len(pieces))``: the first ``n`` pieces of a text are always the
-    same, so they need not be in the key (a long text's would hold 256 strings per entry). Cleared whole when full."""
+    """``flags(text, pieces)`` cached per ``(text, its keywords, len(pieces))``: the first ``n`` pieces of a text are
+    always the same, so they need not be in the key (a long text's would hold 256 strings per entry); its keywords are,
+    as they may be given later (``give_keywords``). Cleared whole when full."""
 
-    def __init__(self, compute: Callable[[str, Sequence[str]], np.ndarray | None], *, maxsize: int) -> None:
+    def __init__(self, compute: Callable[[str, Sequence[str]], np.ndarray | None], words: TextKeywords, *, maxsize: int) -> None:
         self._compute = compute
+        self._words = words
         self._maxsize = maxsize
-        self._done: dict[tuple[str, int], np.ndarray | None] = {}
+        self._done: dict[tuple[str, tuple[str, ...], int], np.ndarray | None] = {}
 
     def __call__(self, text: str, pieces: Sequence[str]) -> np.ndarray | None:
-        key = (text, len(pieces))
+        key = (text, self._words(text), len(pieces))
         if key in self._done:
             return self._done[key]
         if len(self._done) >= self._maxsize:
@@ -237,27 +240,37 @@ class UseKeywordReranker(Reranker):
         self.keyword_dict_version = dictionary.version if dictionary is not None else None
         if dictionary is None:
             logger.warning("use-kw has no keyword dictionary: the keyword layer falls back to all pieces of each side")
-            self._keyword_mask = lambda text: tuple([False] * len(self._piece_spans(text)))
-            self._text_keywords = lambda text: ()
+            self._words = None
             self._flags = lambda text, pieces: None
             return
-        from jingpai.keyword_dict import KeywordExtractor
+        from jingpai.keyword_dict import KeywordExtractor, keyword_spans
 
         keywords = KeywordExtractor(dictionary, top_k=self.config.top_k_keywords)
+        # training revisits every text once per epoch; a request's query is in every pair
+        self._words = TextKeywords(keywords.words, top_k=self.config.top_k_keywords, version=self.keyword_dict_version, maxsize=200_000)
 
-        @lru_cache(maxsize=200_000)  # training revisits every text once per epoch; a request's query is in every pair
-        def text_keywords(text: str) -> tuple[tuple[int, int], ...]:
-            return tuple(keywords.spans(text))
-
+        # keyed by the words as well as the text: keywords given for a text (give_keywords) are never hidden by spans
+        # found for other words, and a copy of the model (the service's own) may share the cache
         @lru_cache(maxsize=200_000)
-        def keyword_mask(text: str) -> tuple[bool, ...]:
-            spans = text_keywords(text)
-            return tuple(any(s < e_kw and e > s_kw for s_kw, e_kw in spans) for _, s, e in self._piece_spans(text))
+        def spans_of(text: str, found: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+            return tuple(keyword_spans(text, found)) if found else ()
 
-        self._keyword_mask = keyword_mask
-        self._text_keywords = text_keywords
-        # as keyword_mask, for what featurize reads of a text: training revisits it every epoch
-        self._flags = _FlagCache(self._keyword_flags, maxsize=200_000)
+        self._spans_of = spans_of
+        # as the spans, for what featurize reads of a text: training revisits it every epoch
+        self._flags = _FlagCache(self._keyword_flags, self._words, maxsize=200_000)
+
+    def _text_keywords(self, text: str) -> tuple[tuple[int, int], ...]:
+        """The spans of the keywords of ``text`` in it (none without a dictionary)."""
+        return self._spans_of(text, self._words(text)) if self._words is not None else ()
+
+    def _keyword_mask(self, text: str) -> tuple[bool, ...]:
+        """Whether each SentencePiece piece of the whole ``text`` overlaps one of its keywords."""
+        spans = self._text_keywords(text)
+        return tuple(any(s < e_kw and e > s_kw for s_kw, e_kw in spans) for _, s, e in self._piece_spans(text))
+
+    def give_keywords(self, texts: Sequence[str], words: Sequence[Sequence[str] | None], *, version: str, top_k: int) -> int:
+        """Known keywords of ``texts`` (an index's, ranked by dictionary ``version``): see :meth:`TextKeywords.give`."""
+        return self._words.give(texts, words, version=version, top_k=top_k) if self._words is not None else 0
 
     def _keyword_flags(self, text: str, pieces: Sequence[str]) -> np.ndarray | None:
         """Whether each of ``pieces`` (the first pieces of ``text``) overlaps a keyword (``None``: none does):

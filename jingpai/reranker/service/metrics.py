@@ -30,7 +30,15 @@ class ServiceMetrics:
         self.real_tokens = Counter("jingpai_rerank_real_tokens", "token positions that hold a real token", registry=r)
         self.queue_seconds = Histogram("jingpai_rerank_queue_seconds", "time from arrival to the first batch", registry=r)
         self.inference_seconds = Histogram("jingpai_rerank_inference_seconds", "featurize + forward time per batch", registry=r)
+        self.keywords = Counter(
+            "jingpai_rerank_given_keywords", "texts sent with their keywords: taken by the model, or found again (another "
+            "dictionary version, or a model without keywords)", ["outcome"], registry=r,
+        )
 
+    def given_keywords(self, *, taken: int, sent: int) -> None:
+        """Count a request's texts sent with keywords: ``taken`` of the ``sent`` were used."""
+        self.keywords.labels(outcome="taken").inc(taken)
+        self.keywords.labels(outcome="not_taken").inc(sent - taken)
 
     def padding_waste(self) -> float | None:
         """Share of the computed token positions that were padding (``None`` before the first batch)."""

@@ -46,7 +46,7 @@ def add_tei_route(app: FastAPI, service: RerankService) -> None:
         spec = req.fusion_spec()
         raw = await service.score(
             req.query, req.texts, truncate=req.truncate is not False, query_field="query", docs_field="texts",
-            cut="left" if req.truncation_direction.lower() == "left" else "right",
+            cut="left" if req.truncation_direction.lower() == "left" else "right", keywords=req.given_words(),
         )
         scores = raw if req.raw_scores else service.normalize(raw)
         if spec is None:

@@ -43,6 +43,16 @@ class StrictRequest(BaseModel):
 TruncationDirection = Literal["Right", "Left", "right", "left"]
 
 
+class GivenKeywords(StrictRequest):
+    """Keywords of the texts already known to the caller (``jingpai index --rerank-keywords`` stores them; the gateway
+    sends them with the hits): a keyword model takes them instead of segmenting each text again, only when they were
+    ranked with its own dictionary version. Other models ignore them."""
+
+    dictionary_version: str = Field(description="version of the keyword dictionary that ranked them (see /info's dictionary_version)")
+    top_k: PositiveJsonInt = Field(description="how many keywords were kept per text: a list of exactly top_k may be cut")
+    words: list[list[str] | None] = Field(description="per text, parallel to texts: its keywords best first (null: unknown)")
+
+
 class TeiRerankRequest(StrictRequest):
     """Hugging Face text-embeddings-inference ``/rerank`` request."""
 
@@ -64,6 +74,19 @@ class TeiRerankRequest(StrictRequest):
         None, ge=0.0, le=1.0, description=f"the first-stage scores' weight for linear/rrf (default {FusionSpec.weight})"
     )
     rrf_k: PositiveJsonInt | None = Field(None, description=f"RRF constant (default {FusionSpec.rrf_k})")
+    keywords: GivenKeywords | None = Field(None, description="the texts' dictionary keywords, where known (keyword models)")
+
+    def given_words(self) -> GivenKeywords | None:
+        """:attr:`keywords`, checked to hold one entry per text.
+
+        Raises:
+            InvalidInputError: ``keywords.words`` is not parallel to ``texts``.
+        """
+        if self.keywords is not None and len(self.keywords.words) != len(self.texts):
+            raise InvalidInputError(
+                f"keywords.words holds {len(self.keywords.words)} entries for {len(self.texts)} texts; expected one per text (null: unknown)"
+            )
+        return self.keywords
 
     def fusion_spec(self) -> FusionSpec | None:
         """The requested fusion (``None``: no ``scores``, plain reranking).
@@ -301,6 +324,7 @@ __all__ = [
     "CohereRerankRequest",
     "CohereRerankResponse",
     "CohereResult",
+    "GivenKeywords",
     "ErrorBody",
     "Health",
     "Info",

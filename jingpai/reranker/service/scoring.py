@@ -13,7 +13,7 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from jingpai.reranker.service.measuring import TextMeasure, longest_first
 from jingpai.reranker.service.metrics import ServiceMetrics
 from jingpai.reranker.service.model_copy import serving_model
 from jingpai.reranker.service.settings import LIMIT_SOURCE, ServiceSettings
+
+if TYPE_CHECKING:
+    from jingpai.reranker.service.schemas import GivenKeywords
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +74,7 @@ class RerankService:
         self.embedder = TextEmbedder(self.model, settings, self.engine, self._prep, max_length=self.max_length)
         #: the loaded folder's identity (what ``jingpai index --vectors`` records), hashed once at start-up and only for a
         #: model that embeds (a cross-encoder's vectors are never searched); ``None``: not loaded from a folder, or no vectors
+        self._foreign_versions: set[str] = set()  # dictionary versions whose keywords were refused (logged once each)
         self.model_identity = (model_id(Path(settings.model_dir))
                                if settings.model_dir and Path(settings.model_dir).is_dir() and self.embedder.dim else None)
 
@@ -247,6 +251,7 @@ class RerankService:
         query_field: str = "query",
         docs_field: str = "documents",
         cut: CutSide = "right",
+        keywords: GivenKeywords | None = None,
     ) -> np.ndarray:
         """Raw scores of ``documents`` against ``query``, in input order.
 
@@ -259,8 +264,12 @@ class RerankService:
             query_field, docs_field: field names used in error messages.
             cut: which end of a document over the budget is cut (TEI's ``truncation_direction``); with
                 chunks, ``left`` scores the chunks of the document's end.
+            keywords: the documents' dictionary keywords where known (a keyword model takes them, see
+                :meth:`~jingpai.reranker.base.Reranker.give_keywords`).
         """
         self.check(query, documents, query_field=query_field, docs_field=docs_field)
+        if keywords is not None:
+            self._give_keywords(documents, keywords)
         if max_chunks is None:
             max_chunks = self.settings.max_chunks_per_doc if self.settings.long_docs == "max-chunks" else 1
         max_chunks = max(1, min(max_chunks, self.settings.max_chunks_per_doc))
@@ -276,6 +285,19 @@ class RerankService:
         np.maximum.at(best, np.asarray(owner), raw)
         return best
 
+    def _give_keywords(self, documents: Sequence[str], keywords: GivenKeywords) -> None:
+        """Hand the request's known keywords to the model; a dictionary other than the model's is logged (once per
+        version): its keywords are not the model's, so the model finds its own, as without them."""
+        taken = self.model.give_keywords(documents, keywords.words, version=keywords.dictionary_version, top_k=keywords.top_k)
+        self.metrics.given_keywords(taken=taken, sent=sum(w is not None for w in keywords.words))
+        own = self.model.keyword_dict_version
+        if not taken and own is not None and keywords.dictionary_version != own and keywords.dictionary_version not in self._foreign_versions:
+            self._foreign_versions.add(keywords.dictionary_version)
+            logger.warning(
+                "keywords sent with the texts were ranked with dictionary %s, not the model's %s: the model finds its own "
+                "(reindex with the model's dictionary and --rerank-keywords to spare that work)", keywords.dictionary_version, own,
+            )
+
     async def search_units(self, query: str, documents: Sequence[str], *, doc_tokens: int | None = None) -> int:
         """Cohere's ``billed_units.search_units`` of a request (:data:`SEARCH_UNIT_DOCS`, :data:`SEARCH_UNIT_TOKENS`).
 
@@ -284,7 +306,8 @@ class RerankService:
 
         def count() -> int:
             q_len = self.measure.lengths([query])[0]
-            d_lens = self.measure.lengths(documents, cap=doc_tokens if doc_tokens is not None else 1 << 30)
+            # the tokenizer takes a C long: a larger max_tokens_per_doc (valid JSON) counts every token, as no cap does
+            d_lens = self.measure.lengths(documents, cap=min(doc_tokens, 1 << 30) if doc_tokens is not None else 1 << 30)
             docs = sum(max(1, math.ceil((q_len + min(d, doc_tokens or d)) / SEARCH_UNIT_TOKENS)) for d in d_lens)
             return max(1, math.ceil(docs / SEARCH_UNIT_DOCS))
 
