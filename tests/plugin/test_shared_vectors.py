@@ -110,7 +110,7 @@ class _ReplayReranker:
     def __init__(self) -> None:
         self.calls: list[tuple[str, list[str]]] = []
 
-    async def scores(self, query: str, texts, slots=()) -> list[float]:
+    async def scores(self, query: str, texts, slots=(), *, keywords: dict | None = None) -> list[float]:
         self.calls.append((query, list(texts)))
         return _model_scores(list(texts))
 
