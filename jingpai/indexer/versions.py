@@ -3,8 +3,8 @@
 A new dictionary version builds a new physical index; the alias moves to it in one atomic
 ``_aliases`` call once it is complete, so searches never see a half-built index or a stale analyzer.
 Re-running with the same dictionary resumes into the newest physical index of that version, as long as
-it was built with the same vector model (``jingpai index --vectors``), recorded in its ``_meta`` next to
-the dictionary version; another model gets a new generation.
+it was built with the same vector model (``jingpai index --vectors``) and the same choice of stored rerank keywords
+(``--rerank-keywords``), recorded in its ``_meta`` next to the dictionary version; another gets a new generation.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def list_versions(engine: Engine, alias: str) -> list[PhysicalIndex]:
     pattern = re.compile(rf"^{re.escape(alias)}-([0-9a-z]+)-(\d+)$")
     live = set(engine.alias_targets(alias))
     matched = [(name, docs, m) for name, docs in engine.indices(f"{alias}-*").items() if (m := pattern.match(name))]
-    metas = _vector_metas(engine, alias) if matched else {}
+    metas = _physical_metas(engine, alias) if matched else {}
     found = [
         PhysicalIndex(name, m.group(1), int(m.group(2)), docs, name in live, *metas.get(name, (None, None, None, False)))
         for name, docs, m in matched
@@ -67,7 +67,7 @@ def list_versions(engine: Engine, alias: str) -> list[PhysicalIndex]:
     return sorted(found, key=lambda p: p.generation)
 
 
-def _vector_metas(engine: Engine, alias: str) -> dict[str, tuple[str | None, int | None, str | None, bool]]:
+def _physical_metas(engine: Engine, alias: str) -> dict[str, tuple[str | None, int | None, str | None, bool]]:
     """``{physical index: (vector model, dimension, vector index, rerank keywords)}`` from the ``_meta`` of every index
     named ``<alias>-*`` (one request); the dictionary version is in the name, the rest only here."""
     out = {}
