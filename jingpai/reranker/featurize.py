@@ -105,6 +105,11 @@ def keyword_flags(spans: Sequence[tuple[int, int]], starts: np.ndarray, ends: np
         return np.zeros(len(starts), dtype=bool)
     bounds = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
     s, e = bounds[:, 0], bounds[:, 1]
+    if (s < e).all() and (s[1:] >= e[:-1]).all():
+        # sorted, disjoint, non-empty spans (keyword_spans gives these): the first span ending after a token's start
+        # is the only one that can begin before its end, so the rule itself is one binary search a token
+        first = np.searchsorted(e, starts, side="right")
+        return (first < len(e)) & (s[np.minimum(first, len(e) - 1)] < ends)
     mark = np.zeros(length + 2, dtype=np.int64)
     np.add.at(mark, s, 1)
     np.add.at(mark, e, -1)

@@ -26,8 +26,11 @@ Example:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from functools import lru_cache
+import re
+import unicodedata
+from collections.abc import Callable, Sequence
+from functools import lru_cache, partial
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
@@ -75,6 +78,9 @@ def resources_dir() -> Path:
 class UseTokenizer:
     """USE-m3's SentencePiece tokenizer (the C++ ``sentencepiece`` library, batched).
 
+    Only the pieces a model keeps are encoded: a long text is cut first, just after a character no piece crosses,
+    far enough on for the kept pieces (:class:`_Pieces`), so the cost follows ``max_tokens``, not the text's length.
+
     Args:
         max_tokens: pieces kept per text including ``[BOS]`` and ``[EOS]`` (longer texts are cut
             before ``[EOS]``, which is kept).
@@ -89,57 +95,128 @@ class UseTokenizer:
             raise UseResourcesError(f"the USE-multilingual tokenizer needs sentencepiece: {_PACKAGE_HINT}") from exc
         self.max_tokens = max_tokens
         self.sp = sentencepiece.SentencePieceProcessor(model_file=str(resources_dir() / "sp.model"))
+        self._table = _piece_table(str(resources_dir() / "sp.model"), self.sp)
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Piece ids of each text, ``[BOS] … [EOS]``, cut to ``max_tokens``."""
-        ids = self.sp.encode(list(texts), add_bos=True, add_eos=True)
-        cap = self.max_tokens
-        return [seq if len(seq) <= cap else seq[: cap - 1] + [EOS_ID] for seq in ids]
+        return [[BOS_ID, *seq[: self.max_tokens - 2], EOS_ID] for seq, _ in self._kept(texts)]
 
     def pieces(self, text: str, *, limit: int | None = None) -> list[tuple[str, int, int]]:
-        """``(piece, start, end)`` character spans of ``text``'s pieces (no BOS/EOS), in order; with ``limit``
-        only the first ``limit`` (each span depends only on the pieces before it).
+        """``(piece, start, end)`` character spans in ``text`` of its pieces (no BOS/EOS), in order; with ``limit``
+        only the first ``limit``. A span is where SentencePiece's normaliser (NFKC, whitespace) took the piece from,
+        without the ``▁`` that marks a word start; a ``▁`` alone has the empty span where it stands."""
+        ((seq, read),) = self._kept([text], need=limit) if limit is not None else [(self.sp.encode(text), text)]
+        starts, ends = self._spans(text, seq, read, len(seq) if limit is None else limit)
+        names = self.sp.encode(read, out_type=str)[: len(starts)]  # an unknown piece by its surface
+        return list(zip(names, starts.tolist(), ends.tolist(), strict=True))
 
-        SentencePiece normalises (NFKC) and marks word starts with ``▁``; spans are found by walking the
-        original text, so a piece whose normalised form is not found there gets an empty span.
+    def encode_with_spans(self, texts: Sequence[str]) -> tuple[list[list[int]], list[Callable[[], tuple[np.ndarray, np.ndarray]]]]:
+        """:meth:`encode` of ``texts`` and, per text, the ``(starts, ends)`` character spans of its kept pieces (as
+        :meth:`pieces` gives them) when called: from the same encoding and one normalisation of the part read, made
+        only for the texts a caller has no cached result of."""
+        need = self.max_tokens - 2
+        kept = self._kept(texts)
+        ids = [[BOS_ID, *seq[:need], EOS_ID] for seq, _ in kept]
+        return ids, [partial(self._spans, text, seq, read, need) for text, (seq, read) in zip(texts, kept, strict=True)]
+
+    def _kept(self, texts: Sequence[str], *, need: int | None = None) -> list[tuple[list[int], str]]:
+        """Each text's piece ids and the text they were encoded from (the text itself or a prefix of it) holding
+        at least its first ``need`` pieces (default: ``max_tokens - 2``)."""
+        need = self.max_tokens - 2 if need is None else need
+        cut = [self._table.prefix(t, need) for t in texts]
+        out = list(zip(self.sp.encode(cut), cut, strict=True))
+        # a prefix with too few pieces (text of few characters a piece, Latin say): the whole text, in one batch
+        short = [i for i, (seq, read) in enumerate(out) if len(seq) < need and len(read) < len(texts[i])]
+        if short:
+            for i, seq in zip(short, self.sp.encode([texts[i] for i in short]), strict=True):
+                out[i] = (seq, texts[i])
+        return out
+
+    def _spans(self, text: str, seq: Sequence[int], read: str, keep: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(starts, ends)`` in ``text`` of the first ``keep`` of ``seq``, the pieces of ``read`` (a prefix of ``text``).
+
+        The pieces tile the normalised ``read``; each one's length is its vocabulary entry's, but an unknown piece
+        stands for a run of characters (SentencePiece merges them), which ends where the next piece's text begins.
         """
-        pieces = self.sp.encode(text, out_type=str)
-        return _walk(text, pieces if limit is None else pieces[:limit])
-
-    def encode_with_pieces(self, texts: Sequence[str]) -> tuple[list[list[int]], list[list[str]]]:
-        """:meth:`encode` of ``texts`` and each text's pieces (as :meth:`pieces` reads them), from one encoding: the
-        pieces come out of SentencePiece, their ids by lookup (an unknown piece's surface maps to the unknown id)."""
-        pieces = self.sp.encode(list(texts), out_type=str)
-        cap = self.max_tokens
-        ids = [[BOS_ID, *self.sp.piece_to_id(p[: cap - 2]), EOS_ID] for p in pieces]
-        return ids, pieces
-
-    @staticmethod
-    def spans_of(text: str, pieces: Sequence[str]) -> list[tuple[str, int, int]]:
-        """:meth:`pieces` of ``text`` from its (first) pieces, already encoded."""
-        return _walk(text, pieces)
+        if not seq or keep <= 0:
+            empty = np.zeros(0, dtype=np.int64)
+            return empty, empty
+        normalized, offsets = self.sp.normalize(read, with_offsets=True)
+        ids = np.asarray(seq, dtype=np.int64)
+        lengths = self._table.length[ids]
+        unknown = np.flatnonzero(ids == UNK_ID).tolist()
+        if unknown:
+            lengths[unknown] = 0
+            before = np.cumsum(lengths).tolist()  # where each piece starts, but for the unknown runs so far
+            shift = 0
+            for i in unknown:
+                begin = before[i] + shift
+                follows = self._table.pieces[seq[i + 1]] if i + 1 < len(seq) else None
+                end = len(normalized) if follows is None else normalized.find(follows, begin + 1)
+                if end <= begin or (follows is not None and follows == "<unk>"):
+                    lengths = None  # not a run this reading explains: the pieces' own surfaces
+                    break
+                lengths[i] = end - begin
+                shift += end - begin
+        if lengths is None or int(lengths.sum()) != len(normalized):
+            lengths = np.fromiter(map(len, self.sp.encode(read, out_type=str)), dtype=np.int64)
+            if int(lengths.sum()) != len(normalized):
+                raise RuntimeError(f"sentencepiece's pieces do not tile its normalised text ({int(lengths.sum())} of {len(normalized)} characters)")
+        ids, lengths = ids[:keep], lengths[:keep]
+        ends = np.cumsum(lengths)
+        begins = ends - lengths
+        at = np.asarray(offsets, dtype=np.int64)
+        inner = np.minimum(begins + self._table.lead[ids], ends)  # without the word-start mark
+        mark_only = inner == ends
+        starts = np.where(mark_only, at[begins], at[inner])
+        return starts, np.where(mark_only, starts, at[ends])
 
     def batch(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(ids [B, L], mask [B, L])`` padded to the longest text of the batch."""
         return pad(self.encode(texts))
 
 
-def _walk(text: str, pieces: Sequence[str]) -> list[tuple[str, int, int]]:
-    """``(piece, start, end)`` of ``pieces`` found in ``text`` in order (an unfound one: an empty span)."""
-    out: list[tuple[str, int, int]] = []
-    pos = 0
-    for piece in pieces:
-        surface = piece.replace("\u2581", " ").strip()
-        if not surface:
-            out.append((piece, pos, pos))
-            continue
-        found = text.find(surface, pos)
-        if found < 0:
-            out.append((piece, pos, pos))
-            continue
-        out.append((piece, found, found + len(surface)))
-        pos = found + len(surface)
-    return out
+class _Pieces:
+    """What the tokenizer reads of the vocabulary once: each piece's length (in the normalised text) and its leading
+    ``▁`` count, and the characters no piece crosses.
+
+    Why a cut text gives the whole text's first pieces: the unigram model picks, by Viterbi, the best path of pieces
+    over the normalised text. Where no piece of the vocabulary crosses a position (just after a character that only
+    stands alone as a piece, or before a space: pieces never hold a space inside), every path passes through it, so
+    the best path up to there is the best path of the text that ends there, computed from the same lattice.
+    """
+
+    def __init__(self, sp) -> None:  # noqa: ANN001 - a sentencepiece.SentencePieceProcessor
+        pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+        self.pieces = pieces
+        self.length = np.fromiter(map(len, pieces), dtype=np.int64, count=len(pieces))
+        self.lead = np.fromiter((len(p) - len(p.lstrip("\u2581")) for p in pieces), dtype=np.int64, count=len(pieces))
+        inside = {ch for p in pieces if len(p.strip("\u2581")) > 1 for ch in p.strip("\u2581")}
+        alone = {p.strip("\u2581") for p in pieces if len(p.strip("\u2581")) == 1} - inside
+        # punctuation the normaliser keeps as itself and never joins to what follows (NFKC composes a base with a
+        # combining mark: "=" + U+0338 is "≠"), found only alone in a piece; and whitespace, before which every word
+        # starts (pieces hold "▁" only first)
+        stops = sorted(ch for ch in alone if unicodedata.category(ch).startswith("P") and sp.normalize(ch) == "\u2581" + ch
+                       and all(unicodedata.normalize("NFKC", ch + m) == ch + unicodedata.normalize("NFKC", m) for m in _COMBINING))
+        spaces = [ch for ch in " \t\n\r\u3000" if sp.normalize("a" + ch + "b") == "\u2581a\u2581b"]
+        self.stops = re.compile("[" + "".join(map(re.escape, stops + spaces)) + "]")
+
+    def prefix(self, text: str, need: int) -> str:
+        """``text`` cut just after the first stop character from ``need`` × 1.5 characters on (every piece holds at
+        least one character; a Chinese one 1.25 on average), or the whole text."""
+        start = need + need // 2
+        if len(text) <= start:
+            return text
+        found = self.stops.search(text, start)
+        return text[: found.end()] if found else text
+
+
+_COMBINING = ("\u0300", "\u0301", "\u0308", "\u0338", "\u3099", "\u309a")
+
+
+@lru_cache(maxsize=2)
+def _piece_table(model_file: str, sp) -> _Pieces:  # noqa: ANN001 - sp: the processor of model_file
+    return _Pieces(sp)
 
 
 def pad(seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -148,7 +225,7 @@ def pad(seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     width = int(lengths.max(initial=1))
     mask = np.arange(width)[None, :] < lengths[:, None]
     ids = np.full((len(seqs), width), PAD_ID, dtype=np.int64)
-    ids[mask] = np.fromiter((t for s in seqs for t in s), dtype=np.int64, count=int(lengths.sum()))
+    ids[mask] = np.fromiter(chain.from_iterable(seqs), dtype=np.int64, count=int(lengths.sum()))
     return torch.from_numpy(ids), torch.from_numpy(mask)
 
 

@@ -123,6 +123,12 @@ def test_keyword_flags_are_the_overlap_rule() -> None:
         tok_e = np.where(rng.random(len(tok_s)) < 0.3, tok_s, np.minimum(length, tok_s + rng.integers(0, 4, size=len(tok_s))))
         rule = [any(a < e and b > s for s, e in spans) for a, b in zip(tok_s.tolist(), tok_e.tolist(), strict=True)]
         assert keyword_flags(spans, tok_s, tok_e, length).tolist() == rule, (spans, tok_s, tok_e)
+        # sorted disjoint spans, as keyword_spans gives them (the binary-search path), and reversed tokens too
+        cuts = np.unique(rng.integers(0, length + 1, size=2 * int(rng.integers(0, 5))))
+        disjoint = [(int(a), int(b)) for a, b in zip(cuts[::2], cuts[1::2], strict=False) if a < b]
+        tok_e = np.where(rng.random(len(tok_s)) < 0.1, np.maximum(tok_s - 1, 0), tok_e)
+        rule = [any(a < e and b > s for s, e in disjoint) for a, b in zip(tok_s.tolist(), tok_e.tolist(), strict=True)]
+        assert keyword_flags(disjoint, tok_s, tok_e, length).tolist() == rule, (disjoint, tok_s, tok_e)
 
 
 def test_estimated_cuts_are_the_regex_estimate(texts: list[str]) -> None:

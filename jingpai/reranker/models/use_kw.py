@@ -163,23 +163,24 @@ class UseKwNet(nn.Module):
 
 
 class _FlagCache:
-    """``flags(text, pieces)`` cached per ``(text, its keywords, len(pieces))``: the first ``n`` pieces of a text are
-    always the same, so they need not be in the key (a long text's would hold 256 strings per entry); its keywords are,
-    as they may be given later (``give_keywords``). Cleared whole when full."""
+    """``flags(text, n, spans)`` cached per ``(text, its keywords, n)``: the spans of a text's first ``n`` pieces are
+    always the same, so they need not be in the key, and are found (``spans()``) only on a miss; its keywords are in
+    the key, as they may be given later (``give_keywords``). Cleared whole when full."""
 
-    def __init__(self, compute: Callable[[str, Sequence[str]], np.ndarray | None], words: TextKeywords, *, maxsize: int) -> None:
+    def __init__(self, compute: Callable[[str, Callable[[], tuple[np.ndarray, np.ndarray]]], np.ndarray | None], words: TextKeywords, *,
+                 maxsize: int) -> None:
         self._compute = compute
         self._words = words
         self._maxsize = maxsize
         self._done: dict[tuple[str, tuple[str, ...], int], np.ndarray | None] = {}
 
-    def __call__(self, text: str, pieces: Sequence[str]) -> np.ndarray | None:
-        key = (text, self._words(text), len(pieces))
+    def __call__(self, text: str, n: int, spans: Callable[[], tuple[np.ndarray, np.ndarray]]) -> np.ndarray | None:
+        key = (text, self._words(text), n)
         if key in self._done:
             return self._done[key]
         if len(self._done) >= self._maxsize:
             self._done.clear()  # atomic under the GIL: another thread's miss computes again
-        flags = self._done[key] = self._compute(text, pieces)
+        flags = self._done[key] = self._compute(text, spans)
         return flags
 
     def cache_clear(self) -> None:
@@ -241,7 +242,7 @@ class UseKeywordReranker(Reranker):
         if dictionary is None:
             logger.warning("use-kw has no keyword dictionary: the keyword layer falls back to all pieces of each side")
             self._words = None
-            self._flags = lambda text, pieces: None
+            self._flags = lambda text, n, spans: None
             return
         from jingpai.keyword_dict import KeywordExtractor, keyword_spans
 
@@ -272,15 +273,22 @@ class UseKeywordReranker(Reranker):
         """Known keywords of ``texts`` (an index's, ranked by dictionary ``version``): see :meth:`TextKeywords.give`."""
         return self._words.give(texts, words, version=version, top_k=top_k) if self._words is not None else 0
 
-    def _keyword_flags(self, text: str, pieces: Sequence[str]) -> np.ndarray | None:
-        """Whether each of ``pieces`` (the first pieces of ``text``) overlaps a keyword (``None``: none does):
-        ``keyword_mask(text)[:len(pieces)]``, walking only those pieces, the overlap test on arrays."""
-        spans = self._text_keywords(text)
-        if not spans or not pieces:
+    def _keyword_flags(self, text: str, spans_of: Callable[[], tuple[np.ndarray, np.ndarray]]) -> np.ndarray | None:
+        """Whether each of the first pieces of ``text`` (character spans ``spans_of()``: starts, ends) overlaps a keyword
+        (``None``: none does): ``keyword_mask(text)[:len(starts)]``, the keywords searched only as far as those
+        pieces reach, the overlap test on arrays."""
+        from jingpai.keyword_dict import keyword_spans
+
+        words = self._words(text) if self._words is not None else ()
+        if not words:
             return None
-        found = self.tokenizer.spans_of(text, pieces)
-        starts = np.fromiter((s for _, s, _ in found), dtype=np.int64, count=len(found))
-        ends = np.fromiter((e for _, _, e in found), dtype=np.int64, count=len(found))
+        starts, ends = spans_of()
+        if not len(starts):
+            return None
+        # a piece ending at e overlaps only keywords starting before e (an empty one at x: before x)
+        spans = keyword_spans(text, words, before=int(ends.max()))
+        if not spans:
+            return None
         flags = keyword_flags(spans, starts, ends, len(text))
         return flags if flags.any() else None
 
@@ -299,7 +307,7 @@ class UseKeywordReranker(Reranker):
 
     def featurize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
         texts, q_index, d_index = unique_texts(pairs)
-        encoded, pieces = self.tokenizer.encode_with_pieces(texts)
+        encoded, spans = self.tokenizer.encode_with_spans(texts)
         ids, mask = pad(encoded)
         lengths = mask.sum(1)
         rows = torch.arange(len(texts))
@@ -307,8 +315,8 @@ class UseKeywordReranker(Reranker):
         special[rows, 0] = True  # BOS
         special[rows, (lengths - 1).clamp_min(0)] = True  # EOS
         keyword = np.zeros(tuple(mask.shape), dtype=bool)
-        for i, (text, seq, own) in enumerate(zip(texts, encoded, pieces, strict=True)):
-            flags = self._flags(text, own[: len(seq) - 2])
+        for i, (text, seq, spans_of) in enumerate(zip(texts, encoded, spans, strict=True)):
+            flags = self._flags(text, len(seq) - 2, spans_of)
             if flags is not None:
                 keyword[i, 1 : 1 + len(flags)] = flags
         return {"ids": ids, "mask": mask, "special": special, "keyword": torch.from_numpy(keyword), "q_index": q_index, "d_index": d_index}

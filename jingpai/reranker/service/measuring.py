@@ -289,9 +289,17 @@ _HAN, _WORD, _SYMBOL, _SPACE = 0, 1, 2, 3
 
 
 @functools.lru_cache(maxsize=1)
+def _class_patterns() -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    """The CJK, Latin-word and symbol classes of :attr:`TextMeasure._UNIT`, compiled once (not looked up in ``re``'s
+    cache per request: a text with a character past the BMP classifies it with them)."""
+    han, word, symbol = (re.compile(p) for p in (rf"[{HAN_CLASS}]", rf"[^\W{HAN_CLASS}]", r"[^\w\s]"))
+    return han, word, symbol
+
+
+@functools.lru_cache(maxsize=1)
 def _estimate_classes() -> np.ndarray:
     """Every BMP character's class under :attr:`TextMeasure._UNIT`'s alternatives (Python's own ``re``)."""
-    han, word, symbol = (re.compile(p) for p in (rf"[{HAN_CLASS}]", rf"[^\W{HAN_CLASS}]", r"[^\w\s]"))
+    han, word, symbol = _class_patterns()
     return np.array([_class_of(chr(cp), han, word, symbol) for cp in range(0x10000)], dtype=np.uint8)
 
 
@@ -328,7 +336,7 @@ def _estimated_cuts(texts: Sequence[str], *, cap: int, counts: bool = False) -> 
     try:
         cp = np.frombuffer(joined.encode("utf-32-le"), dtype=np.uint32)
     except UnicodeEncodeError:  # a lone surrogate: the regex, text by text
-        han, word, symbol = (re.compile(p) for p in (rf"[{HAN_CLASS}]", rf"[^\W{HAN_CLASS}]", r"[^\w\s]"))
+        han, word, symbol = _class_patterns()
         out = []
         for t in texts:
             spans: list[tuple[int, int]] = []
@@ -345,7 +353,7 @@ def _estimated_cuts(texts: Sequence[str], *, cap: int, counts: bool = False) -> 
     wide = cp >= 0x10000
     cls = table[np.where(wide, 0, cp)]
     if wide.any():
-        han, word, symbol = (re.compile(p) for p in (rf"[{HAN_CLASS}]", rf"[^\W{HAN_CLASS}]", r"[^\w\s]"))
+        han, word, symbol = _class_patterns()
         cls[wide] = [_class_of(chr(c), han, word, symbol) for c in cp[wide].tolist()]
     lens = np.fromiter((len(t) for t in texts), dtype=np.int64, count=len(texts))
     starts = np.concatenate([[0], np.cumsum(lens + 1)[:-1]])
