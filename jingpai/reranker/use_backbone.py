@@ -29,7 +29,7 @@ import logging
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
-from functools import lru_cache, partial
+from functools import lru_cache
 from itertools import chain
 from pathlib import Path
 
@@ -106,70 +106,90 @@ class UseTokenizer:
         only the first ``limit``. A span is where SentencePiece's normaliser (NFKC, whitespace) took the piece from,
         without the ``▁`` that marks a word start; a ``▁`` alone has the empty span where it stands."""
         ((seq, read),) = self._kept([text], need=limit) if limit is not None else [(self.sp.encode(text), text)]
-        starts, ends = self._spans(text, seq, read, len(seq) if limit is None else limit)
+        ((starts, ends),) = self._spans([(seq, read)], len(seq) if limit is None else limit)
         names = self.sp.encode(read, out_type=str)[: len(starts)]  # an unknown piece by its surface
         return list(zip(names, starts.tolist(), ends.tolist(), strict=True))
 
-    def encode_with_spans(self, texts: Sequence[str]) -> tuple[list[list[int]], list[Callable[[], tuple[np.ndarray, np.ndarray]]]]:
-        """:meth:`encode` of ``texts`` and, per text, the ``(starts, ends)`` character spans of its kept pieces (as
-        :meth:`pieces` gives them) when called: from the same encoding and one normalisation of the part read, made
-        only for the texts a caller has no cached result of."""
+    def encode_with_spans(self, texts: Sequence[str]) -> tuple[list[list[int]], Callable[[Sequence[int]], list[tuple[np.ndarray, np.ndarray]]]]:
+        """:meth:`encode` of ``texts``, and a function giving the ``(starts, ends)`` character spans of the kept pieces
+        (as :meth:`pieces` gives them) of the texts at the indices it is given: from the same encoding and one
+        normalisation of the part read, made only for the texts a caller has no cached result of."""
         need = self.max_tokens - 2
         kept = self._kept(texts)
         ids = [[BOS_ID, *seq[:need], EOS_ID] for seq, _ in kept]
-        return ids, [partial(self._spans, text, seq, read, need) for text, (seq, read) in zip(texts, kept, strict=True)]
+        return ids, lambda indices: self._spans([kept[i] for i in indices], need)
 
     def _kept(self, texts: Sequence[str], *, need: int | None = None) -> list[tuple[list[int], str]]:
         """Each text's piece ids and the text they were encoded from (the text itself or a prefix of it) holding
         at least its first ``need`` pieces (default: ``max_tokens - 2``)."""
         need = self.max_tokens - 2 if need is None else need
         cut = [self._table.prefix(t, need) for t in texts]
-        out = list(zip(self.sp.encode(cut), cut, strict=True))
+        # one thread: sentencepiece starts a pool per batch call, whose threads cost more than a request's texts
+        # (the service featurizes on its own worker threads)
+        out = list(zip(self.sp.encode(cut, num_threads=1), cut, strict=True))
         # a prefix with too few pieces (text of few characters a piece, Latin say): the whole text, in one batch
         short = [i for i, (seq, read) in enumerate(out) if len(seq) < need and len(read) < len(texts[i])]
         if short:
-            for i, seq in zip(short, self.sp.encode([texts[i] for i in short]), strict=True):
+            for i, seq in zip(short, self.sp.encode([texts[i] for i in short], num_threads=1), strict=True):
                 out[i] = (seq, texts[i])
         return out
 
-    def _spans(self, text: str, seq: Sequence[int], read: str, keep: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(starts, ends)`` in ``text`` of the first ``keep`` of ``seq``, the pieces of ``read`` (a prefix of ``text``).
+    def _spans(self, kept: Sequence[tuple[list[int], str]], keep: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``(starts, ends)`` of the first ``keep`` pieces of each ``(ids, read)``: the pieces of ``read``, a prefix of
+        its text (spans in it are spans in the text), in array operations over all of them at once.
 
-        The pieces tile the normalised ``read``; each one's length is its vocabulary entry's, but an unknown piece
-        stands for a run of characters (SentencePiece merges them), which ends where the next piece's text begins.
-        """
-        if not seq or keep <= 0:
-            empty = np.zeros(0, dtype=np.int64)
-            return empty, empty
-        normalized, offsets = self.sp.normalize(read, with_offsets=True)
-        ids = np.asarray(seq, dtype=np.int64)
+        The pieces tile the normalised ``read``: each one's length is its vocabulary entry's (an unknown piece's:
+        :meth:`_lengths`), their running sum places them there, the normaliser's offsets map that back."""
+        if not kept:
+            return []
+        normed = self.sp.normalize([read for _, read in kept], with_offsets=True)
+        counts = np.fromiter((len(seq) for seq, _ in kept), dtype=np.int64, count=len(kept))
+        ids = np.fromiter(chain.from_iterable(seq for seq, _ in kept), dtype=np.int64, count=int(counts.sum()))
         lengths = self._table.length[ids]
-        unknown = np.flatnonzero(ids == UNK_ID).tolist()
-        if unknown:
-            lengths[unknown] = 0
-            before = np.cumsum(lengths).tolist()  # where each piece starts, but for the unknown runs so far
-            shift = 0
-            for i in unknown:
-                begin = before[i] + shift
-                follows = self._table.pieces[seq[i + 1]] if i + 1 < len(seq) else None
-                end = len(normalized) if follows is None else normalized.find(follows, begin + 1)
-                if end <= begin or (follows is not None and follows == "<unk>"):
-                    lengths = None  # not a run this reading explains: the pieces' own surfaces
-                    break
-                lengths[i] = end - begin
-                shift += end - begin
-        if lengths is None or int(lengths.sum()) != len(normalized):
-            lengths = np.fromiter(map(len, self.sp.encode(read, out_type=str)), dtype=np.int64)
-            if int(lengths.sum()) != len(normalized):
-                raise RuntimeError(f"sentencepiece's pieces do not tile its normalised text ({int(lengths.sum())} of {len(normalized)} characters)")
-        ids, lengths = ids[:keep], lengths[:keep]
-        ends = np.cumsum(lengths)
+        first = np.cumsum(counts) - counts
+        sizes = np.fromiter((len(n) for n, _ in normed), dtype=np.int64, count=len(kept))
+        owner = np.repeat(np.arange(len(kept)), counts)
+        totals = np.bincount(owner, weights=lengths, minlength=len(kept))
+        for t in sorted({*owner[ids == UNK_ID].tolist(), *np.flatnonzero(totals != sizes).tolist()}):
+            lo, (seq, read) = int(first[t]), kept[t]
+            lengths[lo : lo + len(seq)] = self._lengths(seq, read, normed[t][0])
+        done = np.concatenate([[0], np.cumsum(lengths)])
+        ends = done[1:] - np.repeat(done[first], counts)  # in each normalised text
         begins = ends - lengths
-        at = np.asarray(offsets, dtype=np.int64)
+        at = np.fromiter(chain.from_iterable(o for _, o in normed), dtype=np.int64, count=int(sizes.sum()) + len(kept))
+        shift = np.repeat(np.cumsum(sizes + 1) - (sizes + 1), counts)
         inner = np.minimum(begins + self._table.lead[ids], ends)  # without the word-start mark
         mark_only = inner == ends
-        starts = np.where(mark_only, at[begins], at[inner])
-        return starts, np.where(mark_only, starts, at[ends])
+        starts = np.where(mark_only, at[shift + begins], at[shift + inner])
+        stops = np.where(mark_only, starts, at[shift + ends])
+        chosen = np.arange(len(ids)) - np.repeat(first, counts) < keep
+        cuts = np.cumsum(np.minimum(counts, keep))[:-1]
+        return list(zip(np.split(starts[chosen], cuts), np.split(stops[chosen], cuts), strict=True))
+
+    def _lengths(self, seq: Sequence[int], read: str, normalized: str) -> np.ndarray:
+        """The lengths in ``normalized`` (the normalised ``read``) of ``read``'s pieces ``seq`` where the vocabulary's do
+        not tile it: an unknown piece stands for a run of characters (SentencePiece merges them), which ends where the
+        next piece's text begins; failing that, the pieces' own surfaces."""
+        ids = np.asarray(seq, dtype=np.int64)
+        lengths = self._table.length[ids]
+        lengths[ids == UNK_ID] = 0
+        before = np.cumsum(lengths).tolist()  # where each piece starts, but for the unknown runs so far
+        shift = 0
+        for i in np.flatnonzero(ids == UNK_ID).tolist():
+            begin = before[i] + shift
+            follows = self._table.pieces[seq[i + 1]] if i + 1 < len(seq) else None
+            end = len(normalized) if follows is None else normalized.find(follows, begin + 1)
+            if end <= begin or follows == "<unk>":
+                break  # not a run this reading explains
+            lengths[i] = end - begin
+            shift += end - begin
+        else:
+            if int(lengths.sum()) == len(normalized):
+                return lengths
+        lengths = np.fromiter(map(len, self.sp.encode(read, out_type=str)), dtype=np.int64, count=len(seq))
+        if int(lengths.sum()) != len(normalized):
+            raise RuntimeError(f"sentencepiece's pieces do not tile its normalised text ({int(lengths.sum())} of {len(normalized)} characters)")
+        return lengths
 
     def batch(self, texts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(ids [B, L], mask [B, L])`` padded to the longest text of the batch."""

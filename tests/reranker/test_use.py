@@ -111,7 +111,13 @@ def test_a_cut_text_gives_the_whole_texts_first_pieces(shared_data: Path, cap: i
     whole = [[1, *seq[: cap - 2], 2] for seq in tokenizer.sp.encode(texts)]
     assert tokenizer.encode(texts) == whole
     ids, spans = tokenizer.encode_with_spans(texts)
-    assert ids == whole and [len(found()[0]) for found in spans] == [len(seq) - 2 for seq in whole]
+    found = spans(range(len(texts)))
+    assert ids == whole and [len(starts) for starts, _ in found] == [len(seq) - 2 for seq in whole]
+    # all at once as one by one, and as pieces() gives them
+    for i in (0, 5, len(texts) - 1):
+        (alone,) = spans([i])
+        assert [a.tolist() for a in alone] == [a.tolist() for a in found[i]]
+        assert [(s, e) for _, s, e in tokenizer.pieces(texts[i], limit=cap - 2)] == list(zip(*(a.tolist() for a in found[i])))
     # "，" is normalised into ",", which pieces hold inside: not a stop; "。" is
     assert tokenizer._table.stops.search("，,") is None and tokenizer._table.stops.search("。")
 
@@ -126,7 +132,7 @@ def test_piece_spans_are_where_the_normaliser_read_each_piece(shared_data: Path)
     texts = _long_texts(shared_data)
     _ids, spans = tokenizer.encode_with_spans(texts)
     wrong = total = 0
-    for text, (starts, ends) in zip(texts, (found() for found in spans), strict=True):
+    for text, (starts, ends) in zip(texts, spans(range(len(texts))), strict=True):
         pieces = tokenizer.sp.encode(text, out_type=str)[: len(starts)]
         assert (starts <= ends).all() and (np.diff(starts) >= 0).all() and (ends <= len(text)).all()
         for piece, s, e in zip(pieces, starts.tolist(), ends.tolist(), strict=True):

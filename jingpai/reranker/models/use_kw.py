@@ -163,28 +163,37 @@ class UseKwNet(nn.Module):
 
 
 class _FlagCache:
-    """``flags(text, n, spans)`` cached per ``(text, its keywords, n)``: the spans of a text's first ``n`` pieces are
-    always the same, so they need not be in the key, and are found (``spans()``) only on a miss; its keywords are in
-    the key, as they may be given later (``give_keywords``). Cleared whole when full."""
+    """Keyword flags of texts' first pieces (:meth:`UseKeywordReranker._keyword_flags`) cached per ``(text, its
+    keywords, n)``: the spans of a text's first ``n`` pieces are always the same, so they need not be in the key, and
+    are found only for the misses, all at once; its keywords are in the key, as they may be given later
+    (``give_keywords``). Cleared whole when full."""
 
-    def __init__(self, compute: Callable[[str, Callable[[], tuple[np.ndarray, np.ndarray]]], np.ndarray | None], words: TextKeywords, *,
+    def __init__(self, compute: Callable[[str, Sequence[str], np.ndarray, np.ndarray], np.ndarray | None], words: TextKeywords, *,
                  maxsize: int) -> None:
         self._compute = compute
         self._words = words
         self._maxsize = maxsize
         self._done: dict[tuple[str, tuple[str, ...], int], np.ndarray | None] = {}
 
-    def __call__(self, text: str, n: int, spans: Callable[[], tuple[np.ndarray, np.ndarray]]) -> np.ndarray | None:
-        key = (text, self._words(text), n)
-        if key in self._done:
-            return self._done[key]
-        if len(self._done) >= self._maxsize:
+    def __call__(self, texts: Sequence[str], ns: Sequence[int],
+                 spans: Callable[[Sequence[int]], list[tuple[np.ndarray, np.ndarray]]]) -> list[np.ndarray | None]:
+        """Each text's flags (``None``: no piece is a keyword); ``spans(indices)`` gives the misses' piece spans."""
+        keys = [(text, self._words(text), n) for text, n in zip(texts, ns, strict=True)]
+        out = [self._done.get(key, _MISS) for key in keys]
+        # a text without keywords has no flags: its spans are not needed
+        missed = [i for i, flags in enumerate(out) if flags is _MISS and keys[i][1] and ns[i]]
+        out = [None if flags is _MISS else flags for flags in out]
+        if len(self._done) + len(missed) > self._maxsize:
             self._done.clear()  # atomic under the GIL: another thread's miss computes again
-        flags = self._done[key] = self._compute(text, spans)
-        return flags
+        for i, (starts, ends) in zip(missed, spans(missed), strict=True):
+            out[i] = self._done[keys[i]] = self._compute(texts[i], keys[i][1], starts, ends)
+        return out
 
     def cache_clear(self) -> None:
         self._done.clear()
+
+
+_MISS = object()
 
 
 class UseKeywordReranker(Reranker):
@@ -242,7 +251,7 @@ class UseKeywordReranker(Reranker):
         if dictionary is None:
             logger.warning("use-kw has no keyword dictionary: the keyword layer falls back to all pieces of each side")
             self._words = None
-            self._flags = lambda text, n, spans: None
+            self._flags = lambda texts, ns, spans: [None] * len(texts)
             return
         from jingpai.keyword_dict import KeywordExtractor, keyword_spans
 
@@ -273,17 +282,14 @@ class UseKeywordReranker(Reranker):
         """Known keywords of ``texts`` (an index's, ranked by dictionary ``version``): see :meth:`TextKeywords.give`."""
         return self._words.give(texts, words, version=version, top_k=top_k) if self._words is not None else 0
 
-    def _keyword_flags(self, text: str, spans_of: Callable[[], tuple[np.ndarray, np.ndarray]]) -> np.ndarray | None:
-        """Whether each of the first pieces of ``text`` (character spans ``spans_of()``: starts, ends) overlaps a keyword
-        (``None``: none does): ``keyword_mask(text)[:len(starts)]``, the keywords searched only as far as those
-        pieces reach, the overlap test on arrays."""
+    @staticmethod
+    def _keyword_flags(text: str, words: Sequence[str], starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
+        """Whether each of the first pieces of ``text`` (character spans ``starts``, ``ends``) overlaps one of its
+        keywords ``words`` (``None``: none does): ``keyword_mask(text)[:len(starts)]``, the keywords searched only as
+        far as those pieces reach, the overlap test on arrays."""
         from jingpai.keyword_dict import keyword_spans
 
-        words = self._words(text) if self._words is not None else ()
-        if not words:
-            return None
-        starts, ends = spans_of()
-        if not len(starts):
+        if not words or not len(starts):
             return None
         # a piece ending at e overlaps only keywords starting before e (an empty one at x: before x)
         spans = keyword_spans(text, words, before=int(ends.max()))
@@ -315,8 +321,7 @@ class UseKeywordReranker(Reranker):
         special[rows, 0] = True  # BOS
         special[rows, (lengths - 1).clamp_min(0)] = True  # EOS
         keyword = np.zeros(tuple(mask.shape), dtype=bool)
-        for i, (text, seq, spans_of) in enumerate(zip(texts, encoded, spans, strict=True)):
-            flags = self._flags(text, len(seq) - 2, spans_of)
+        for i, flags in enumerate(self._flags(texts, [len(seq) - 2 for seq in encoded], spans)):
             if flags is not None:
                 keyword[i, 1 : 1 + len(flags)] = flags
         return {"ids": ids, "mask": mask, "special": special, "keyword": torch.from_numpy(keyword), "q_index": q_index, "d_index": d_index}
