@@ -23,6 +23,8 @@ Example:
     0.87
 """
 
+# long: the USE-m3 network and its tokenizer, whose vocabulary tables (piece lengths, stop characters) the encoder
+# shares; the tokenizer moves to its own module when it next grows
 from __future__ import annotations
 
 import logging
