@@ -97,7 +97,7 @@ class UseTokenizer:
             raise UseResourcesError(f"the USE-multilingual tokenizer needs sentencepiece: {_PACKAGE_HINT}") from exc
         self.max_tokens = max_tokens
         self.sp = sentencepiece.SentencePieceProcessor(model_file=str(resources_dir() / "sp.model"))
-        self._table = _piece_table(str(resources_dir() / "sp.model"), self.sp)
+        self._table = _piece_table(str(resources_dir() / "sp.model"))
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
         """Piece ids of each text, ``[BOS] … [EOS]``, cut to ``max_tokens``."""
@@ -237,8 +237,11 @@ _COMBINING = ("\u0300", "\u0301", "\u0308", "\u0338", "\u3099", "\u309a")
 
 
 @lru_cache(maxsize=2)
-def _piece_table(model_file: str, sp) -> _Pieces:  # noqa: ANN001 - sp: the processor of model_file
-    return _Pieces(sp)
+def _piece_table(model_file: str) -> _Pieces:
+    # per model file, not per tokenizer: every model (and the service's copy) shares one scan of the 128k pieces
+    import sentencepiece
+
+    return _Pieces(sentencepiece.SentencePieceProcessor(model_file=model_file))
 
 
 def pad(seqs: Sequence[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
