@@ -197,11 +197,15 @@ fixed before dev — 0.5 for trained classifiers, chosen on train pairs for the 
 |---|---|---|---|---|
 | `zh-esim` (USE vectors + ESIM, 2 seeds) | {lcqmc.pairs.zh-esim:pair accuracy} | {lcqmc.pairs.zh-esim:AUC} | — | — |
 | `zh-gpu-emb` (use-bi, trained on a GPU) | {lcqmc.pairs.zh-gpu-emb:pair accuracy} | {lcqmc.pairs.zh-gpu-emb:AUC} | — | — |
+| `zh-pair-bge-cross` (bge-small-zh cross, LCQMC + BQ, 2 passes, 2 × ~45 min) | {lcqmc.pairs.bge-cross-2pass:pair accuracy} | {lcqmc.pairs.bge-cross-2pass:AUC} | **{bq.pairs.bge-cross-2pass:pair accuracy}** | {bq.pairs.bge-cross-2pass:AUC} |
+| the same after its first pass (49 min) | {lcqmc.pairs.bge-cross-1pass:pair accuracy} | {lcqmc.pairs.bge-cross-1pass:AUC} | {bq.pairs.bge-cross-1pass:pair accuracy} | {bq.pairs.bge-cross-1pass:AUC} |
 | bge-small-zh zero-shot (CLS cosine) | {lcqmc.pairs.bge-zeroshot:pair accuracy} | {lcqmc.pairs.bge-zeroshot:AUC} | {bq.pairs.bge-zeroshot:pair accuracy} | {bq.pairs.bge-zeroshot:AUC} |
 | `zh-lcqmc-hcan` (HCAN, USE vectors) | {lcqmc.pairs.zh-lcqmc-hcan:pair accuracy} | {lcqmc.pairs.zh-lcqmc-hcan:AUC} | — | — |
 
-The issue's goals (LCQMC ≥ 0.86, BQ ≥ 0.83; BERT-base reports 86.9 / 84.8 on the test splits) need a bge-small-zh
-model fine-tuned on the pair data, about 2 hours an epoch on this CPU: not yet run (docs/models.md).
+The issue's goals are LCQMC ≥ 0.86 and BQ ≥ 0.83 (BERT-base reports 86.9 / 84.8 on the test splits). Both are still
+missed after two passes of bge-small-zh over the pair data (docs/models.md). The second pass (`--init-from` the first,
+lr 3e-5, 8,412 steps, 2026-12-07) adds +.009 on LCQMC and +.001 on BQ. Match and no-match accuracy: .876 / .799 on
+LCQMC and .816 / .816 on BQ.
 """
 
 SECTIONS: tuple[str, ...] = (WHICH_RERANKER, DICTIONARY, HYBRID, PAPERS, SPEED, LABELS)
