@@ -95,13 +95,13 @@ def pad_rows(rows: Sequence[Any], *, pad: int | Sequence[int] = 0, width: int | 
     return out, lengths
 
 
-def keyword_flags(spans: Sequence[tuple[int, int]], starts: np.ndarray, ends: np.ndarray, length: int) -> np.ndarray:
+def keyword_flags(spans: Sequence[tuple[int, int]] | np.ndarray, starts: np.ndarray, ends: np.ndarray, length: int) -> np.ndarray:
     """Per token (character span ``starts[i]:ends[i]``): whether it overlaps a keyword span (``start < e and end > s``).
 
     >>> keyword_flags([(0, 2), (5, 6)], np.array([0, 2, 4, 6]), np.array([1, 4, 6, 7]), 7).tolist()
     [True, False, True, False]
     """
-    if not spans:
+    if not len(spans):
         return np.zeros(len(starts), dtype=bool)
     bounds = np.asarray(spans, dtype=np.int64).reshape(-1, 2)
     s, e = bounds[:, 0], bounds[:, 1]

@@ -146,6 +146,41 @@ def test_piece_spans_are_where_the_normaliser_read_each_piece(shared_data: Path)
     assert tokenizer.pieces(text, limit=2) == tokenizer.pieces(text)[:2]
 
 
+def test_plain_texts_offsets_are_the_normalisers(shared_data: Path) -> None:
+    """The offsets made for plain texts (no normaliser call) equal SentencePiece's own: spaces at the ends and in runs,
+    empty and all-space texts, on news and on random strings of those characters; what is not plain is said so."""
+    import random
+
+    tokenizer = UseTokenizer(max_tokens=256)
+    table, sp = tokenizer._table, tokenizer.sp
+    rnd = random.Random(0)
+    alphabet = [*"中国的GDP，,。a1", " ", "  ", "   "]
+    texts = ["", " ", "   ", "a", " a", "a ", " a  b ", "中国  美国 ", *_long_texts(shared_data)]
+    texts += ["".join(rnd.choice(alphabet) for _ in range(rnd.randint(1, 12))) for _ in range(3000)]
+    plain = [t for t in texts if table.plain(t)]
+    assert len(plain) > 3000
+    sizes, at = table.offsets(plain)
+    expected = sp.normalize(plain, with_offsets=True)
+    assert sizes.tolist() == [len(n) for n, _ in expected]
+    assert at.tolist() == [o for _, offsets in expected for o in offsets]
+    # one character normalised into three, a tab, a combining mark, a character outside the BMP: the normaliser asks
+    assert not any(table.plain(t) for t in ("好……", "a\tb", "e\u0301", "🐮", "\u3000"))
+    assert table.plain("25C") and not table.plain("25℃")
+
+
+def test_keyword_flags_of_a_batch_are_each_texts_own(kw: UseKeywordReranker) -> None:
+    """All texts' flags found at once (one binary search over the texts laid end to end) are what each text alone
+    gives: keywords at a text's very end and start, none, and texts repeated."""
+    texts = ["中国，美国的GDP是1,000亿", "今天天气怎么样", "GDP", "美国", "说说中国GDP的影响因素 中国", "中国，美国的GDP是1,000亿"]
+    batch = kw.featurize([(t, "天气") for t in texts])
+    rows = batch["keyword"][batch["q_index"]]
+    for text, row in zip(texts, rows, strict=True):
+        kw._flags.cache_clear()
+        alone = kw.featurize([(text, "天气")])
+        assert row.tolist()[: alone["keyword"].shape[1]] == alone["keyword"][alone["q_index"][0]].tolist(), text
+    assert rows.any(1).tolist() == [True, False, True, True, True, True]
+
+
 def test_frozen_table_is_not_saved_and_a_trainable_one_is() -> None:
     frozen = UseEncoder(init="random")
     assert "table" not in frozen.state_dict() and not frozen.table.requires_grad

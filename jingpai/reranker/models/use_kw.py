@@ -168,7 +168,8 @@ class _FlagCache:
     are found only for the misses, all at once; its keywords are in the key, as they may be given later
     (``give_keywords``). Cleared whole when full."""
 
-    def __init__(self, compute: Callable[[str, Sequence[str], np.ndarray, np.ndarray], np.ndarray | None], words: TextKeywords, *,
+    def __init__(self, compute: Callable[[Sequence[str], Sequence[Sequence[str]], Sequence[tuple[np.ndarray, np.ndarray]]], list[np.ndarray | None]],
+                 words: TextKeywords, *,
                  maxsize: int) -> None:
         self._compute = compute
         self._words = words
@@ -185,8 +186,9 @@ class _FlagCache:
         out = [None if flags is _MISS else flags for flags in out]
         if len(self._done) + len(missed) > self._maxsize:
             self._done.clear()  # atomic under the GIL: another thread's miss computes again
-        for i, (starts, ends) in zip(missed, spans(missed), strict=True):
-            out[i] = self._done[keys[i]] = self._compute(texts[i], keys[i][1], starts, ends)
+        if missed:
+            for i, flags in zip(missed, self._compute([texts[i] for i in missed], [keys[i][1] for i in missed], spans(missed)), strict=True):
+                out[i] = self._done[keys[i]] = flags
         return out
 
     def cache_clear(self) -> None:
@@ -283,20 +285,33 @@ class UseKeywordReranker(Reranker):
         return self._words.give(texts, words, version=version, top_k=top_k) if self._words is not None else 0
 
     @staticmethod
-    def _keyword_flags(text: str, words: Sequence[str], starts: np.ndarray, ends: np.ndarray) -> np.ndarray | None:
-        """Whether each of the first pieces of ``text`` (character spans ``starts``, ``ends``) overlaps one of its
-        keywords ``words`` (``None``: none does): ``keyword_mask(text)[:len(starts)]``, the keywords searched only as
-        far as those pieces reach, the overlap test on arrays."""
+    def _keyword_flags(texts: Sequence[str], words: Sequence[Sequence[str]], spans: Sequence[tuple[np.ndarray, np.ndarray]]) -> list[np.ndarray | None]:
+        """Whether each of the first pieces of each text (character spans ``(starts, ends)``) overlaps one of its
+        keywords (``None``: none does): ``keyword_mask(text)[:len(starts)]``, the keywords searched only as far as
+        those pieces reach, the overlap test for all the texts at once."""
         from jingpai.keyword_dict import keyword_spans
 
-        if not words or not len(starts):
-            return None
+        out: list[np.ndarray | None] = [None] * len(texts)
         # a piece ending at e overlaps only keywords starting before e (an empty one at x: before x)
-        spans = keyword_spans(text, words, before=int(ends.max()))
-        if not spans:
-            return None
-        flags = keyword_flags(spans, starts, ends, len(text))
-        return flags if flags.any() else None
+        found = [keyword_spans(text, kw, before=int(ends.max())) if kw and len(starts) else []
+                 for text, kw, (starts, ends) in zip(texts, words, spans, strict=True)]
+        some = [i for i, f in enumerate(found) if f]
+        if not some:
+            return out
+        # the texts laid one after another, a character apart: their sorted, disjoint keyword spans make one such
+        # list, and a piece can meet only its own text's, so one binary search does every text
+        shift = np.cumsum([0] + [len(texts[i]) + 1 for i in some])
+        kw = np.asarray([(a + sh, b + sh) for i, sh in zip(some, shift.tolist(), strict=False) for a, b in found[i]], dtype=np.int64)
+        counts = [len(spans[i][0]) for i in some]
+        at = np.repeat(shift[:-1], counts)
+        flags = keyword_flags(kw, np.concatenate([spans[i][0] for i in some]) + at, np.concatenate([spans[i][1] for i in some]) + at,
+                              int(shift[-1]))
+        bounds = np.cumsum([0, *counts]).tolist()
+        hit = np.add.reduceat(flags, bounds[:-1]) > 0 if len(flags) else np.zeros(len(some), dtype=bool)
+        for j, i in enumerate(some):
+            if hit[j] and counts[j]:
+                out[i] = flags[bounds[j] : bounds[j + 1]]
+        return out
 
     @lru_cache(maxsize=200_000)  # noqa: B019 - the model lives as long as its cache should
     def _piece_spans(self, text: str) -> list[tuple[str, int, int]]:
