@@ -404,7 +404,7 @@ RECIPES["kuake-bge-cross"] = _judged_recipe("cross", KUAKE, {"max_length": 128, 
 # the bi-encoder fine-tuned from bge-small-zh's own cosine (zero-shot it ranks exactly as the untrained encoder): pair
 # BCE on soft grades + in-batch negatives + the in-window softmax over each query's judged titles (whole queries per
 # batch), titles and queries cut to 64 tokens; selection on the held-out 10 % of training queries every 80/100 steps
-BGE_BI_JUDGED = {"epochs": 1, "batch_size": 40, "lr": 2e-5, "metric": "nDCG@10", "batching": "queries", "patience": 0}
+BGE_BI_JUDGED = {"epochs": 1, "batch_size": 40, "lr": 2e-5, "metric": "nDCG@10", "batching": "queries", "patience": None}  # None: never stop early (the CLI's 0)
 
 
 def _judged_bi_recipe(folder: tuple[str, ...], max_label: int, eval_every: int) -> Recipe:
@@ -432,7 +432,7 @@ FIN_BI = {"max_length": 32}
 RECIPES["fin-bge-emb"] = Recipe(
     "bi", ((("zh", "afqmc", "train.tsv"), "raw"), (("zh", "bq", "train.tsv"), "raw")), None, base="bge-small-zh", holdout=0.02,
     config=FIN_BI, limit=34334,
-    train_settings={"epochs": 1, "batch_size": 64, "lr": 3e-5, "eval_every": 100, "metric": "AUC", "patience": 0, "max_minutes": 50.0},
+    train_settings={"epochs": 1, "batch_size": 64, "lr": 3e-5, "eval_every": 100, "metric": "AUC", "patience": None, "max_minutes": 50.0},
     quick_settings=QUICK_BGE,
     command="jingpai train --model bi --base bge-small-zh --train ../shared/data/zh/afqmc/train.tsv --train ../shared/data/zh/bq/train.tsv "
             "--limit 34334 --config max_length=32 --holdout 0.02 --batch-size 64 --epochs 1 --lr 3e-5 --eval-every 100 --metric AUC "

@@ -69,3 +69,15 @@ def test_a_row_command_names_seeds_other_than_the_default():
     assert "--seeds" not in ReportSettings(seeds=(0, 1)).command("judged", "judged.a14.opensearch")
     assert ReportSettings(seeds=(2,)).command("judged", "judged.a14.opensearch") == (
         "python -m bench report --sections judged --only judged.a14.opensearch --seeds 2")
+
+
+@pytest.mark.parametrize("key", sorted(RECIPES))
+def test_recipe_settings_are_train_settings(key: str) -> None:
+    """What ``python -m bench train KEY`` hands the training loop is a valid TrainSettings, full and quick (a recipe
+    once said ``patience: 0``, the command line's spelling of TrainSettings' None, and failed before its first step)."""
+    from jingpai.reranker.train_settings import TrainSettings
+
+    recipe = RECIPES[key]
+    for opts in ({**(recipe.train_settings or {})}, {**(recipe.train_settings or {}), **(recipe.quick_settings or {})}):
+        opts.setdefault("metric", "accuracy")
+        TrainSettings(seed=0, progress=False, **opts)
