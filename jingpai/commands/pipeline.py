@@ -102,8 +102,8 @@ def keywords_processor(meta: IndexMeta, dictionary: Dictionary | None, settings:
 
 
 def rerank_processor(meta: IndexMeta, settings: GatewaySettings, *, given: Sequence[str] = ()) -> dict[str, Any]:
-    """``jingpai_rerank`` with the gateway's settings (fields: the gateway's rerank fields, else the index's text fields);
-    ``given``: the settings of :data:`WHEN_GIVEN` also written, from ``settings`` (the others are left to the processor,
+    """``jingpai_rerank`` with the gateway's settings (fields: the gateway's rerank fields, else the index's text fields;
+    ``rerank_keywords``: how the index stored its rerank keywords, when it did); ``given``: the settings of :data:`WHEN_GIVEN` also written, from ``settings`` (the others are left to the processor,
     whose defaults are the gateway's)."""
     fusion = settings.fusion_for(None)
     processor = {
@@ -118,6 +118,11 @@ def rerank_processor(meta: IndexMeta, settings: GatewaySettings, *, given: Seque
         "rrf_k": fusion.rrf_k,
     }
     processor.update({name: getattr(settings, name) for name in WHEN_GIVEN if name in given})
+    if meta.rerank_keywords is not None:
+        # the index's stored keywords (jingpai index --rerank-keywords) go with the texts they were found in, as the
+        # gateway sends them; the processor checks each hit's digest against the text it sends
+        stored = meta.rerank_keywords
+        processor["rerank_keywords"] = {"field": stored.field, "dict_version": stored.dict_version, "top_k": stored.top_k}
     return processor
 
 

@@ -12,6 +12,7 @@ Reuse a node you run (``jingpai engine up --kind opensearch --plugins jingpai``)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import time
@@ -32,7 +33,8 @@ from jingpai.indexer.mapping import read_meta
 from jingpai.plugin.settings import GatewaySettings
 from jingpai.reranker.service import create_app as create_service_app
 from jingpai.serving import serve
-from tests.plugin.conftest import NODE_EXT_SEARCHES, NODE_QUERIES, Searches, gateway_answers_for, ids, index_with_cli, plugin_node
+from tests.plugin.conftest import NODE_EXT_SEARCHES, NODE_QUERIES, Searches, corpus, gateway_answers_for, ids, index_with_cli, plugin_node
+from tests.plugin.test_rerank_keywords import given, kwbert_url  # noqa: F401 - a fixture: the tiny kwbert's jingpai serve
 
 PORTS = range(9290, 9300)
 #: generous: the tiny CPU reranker shares two cores with other work, and a timeout would fail open
@@ -254,3 +256,54 @@ def test_a_search_that_gets_no_rerank_slot_fails_open_busy(node: Engine, index: 
             infos = [f.result()["ext"]["jingpai"] for f in futures]
     assert [i["reason"] for i in infos] == ["reranker_timeout", "reranker_timeout", "reranker_busy"], infos
     assert not any(i["reranked"] for i in infos)
+
+
+def test_stored_keywords_reach_the_keyword_reranker_through_the_pipeline(node: Engine, dictionary, kwbert_url: str,  # noqa: F811
+                                                                          tmp_path: Path) -> None:
+    """An index with stored rerank keywords (``jingpai index --rerank-keywords``): the pipeline sends them with the texts
+    they were found in, as the gateway does (the service takes one per reranked hit), and its pages equal the gateway's;
+    reranked on another field, none are sent."""
+    from jingpai.indexer.pipeline import IndexSettings, index_corpus
+    from jingpai.plugin.gateway import create_app
+    from jingpai.serving import ServerThread
+
+    d, dict_dir = dictionary
+    path = tmp_path / "docs.jsonl"
+    path.write_text("\n".join(json.dumps(doc, ensure_ascii=False) for doc in corpus()) + "\n", encoding="utf-8")
+    alias = f"test-plugin-rk-{uuid.uuid4().hex[:8]}"
+    body = {"query": {"match": {"content": "中国经济"}}, "size": 10, "_source": ["title"]}
+    other = {**body, "ext": {"jingpai": {"fields": ["content"]}}}
+    try:
+        settings = IndexSettings(index=alias, text_fields=("title", "content"), id_field="id", quarantine_dir=tmp_path, progress=False,
+                                 rerank_keywords=True)
+        assert index_corpus(node, [path], settings, dictionary=d).indexed == len(corpus())
+        node.refresh(alias)
+        gateway = GatewaySettings(engine_url=node.url, reranker_url=kwbert_url, window=20, dict_dirs=(dict_dir,), timeout_ms=TIMEOUT_MS)
+        server = ServerThread(create_app(gateway)).start()
+        try:
+            before = given(kwbert_url)
+            reference = httpx.post(f"{server.url}/{alias}/_search", json=body, timeout=60).json()
+            sent_by_gateway = given(kwbert_url).get("taken", 0) - before.get("taken", 0)
+        finally:
+            server.stop()
+        window = min(reference["hits"]["total"]["value"], 20)
+        assert reference["jingpai"]["reranked"] and sent_by_gateway == window
+
+        name = _write(node, alias, kwbert_url, dict_dir, "--window", "20")["pipeline"]
+        pipeline = node.request("GET", f"/_search/pipeline/{name}")[name]
+        assert pipeline["response_processors"][0]["jingpai_rerank"]["rerank_keywords"] == {
+            "field": "jingpai.rk", "dict_version": d.version, "top_k": 20}
+        before = given(kwbert_url)
+        mine = node.search(alias, body)
+        assert mine["ext"]["jingpai"]["reranked"], mine["ext"]
+        assert given(kwbert_url).get("taken", 0) - before.get("taken", 0) == window
+        _assert_same_hits(mine, reference, "stored keywords")
+        # what the window fetched for the reranker (the rerank fields, the stored keywords) stays out of the page
+        assert all(set(h["_source"]) == {"title"} for h in mine["hits"]["hits"]), mine["hits"]["hits"][0]["_source"]
+        before = given(kwbert_url)
+        assert node.search(alias, other)["ext"]["jingpai"]["reranked"]
+        assert given(kwbert_url) == before
+    finally:
+        with contextlib.suppress(Exception):  # not written when the test failed before
+            node.request("DELETE", f"/_search/pipeline/jingpai-{alias}")
+        node.raw.indices.delete(index=f"{alias}*")

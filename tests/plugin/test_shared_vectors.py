@@ -16,6 +16,8 @@ code still reproduces them, the plugin's JUnit tests assert the Java code does (
   (mode, window, fields, query, fusion; invalid ones too): the mode, the reason a search is not reranked, the window,
   the query text, the rerank fields, the fusion and the ``from``/``size`` asked of the engine, or the field an error
   names. The plugin reads a pipeline's settings as the gateway's (:data:`OVERRIDE_SETTINGS`).
+- ``stored_keywords.json``: :func:`stored_keywords` and :func:`text_digest` (``jingpai index --rerank-keywords``): a
+  hit's stored keywords are sent only when their digest is that of the text the reranker gets, in the stored shape.
 """
 
 from __future__ import annotations
@@ -326,8 +328,37 @@ def override_vectors() -> dict:
             OVERRIDE_SETTINGS, "cases": cases}
 
 
+# ------------------------------------------------------------------------------------------ stored keywords
+
+STORED_TEXTS = ["标题\n正文", "中国GDP增长", "", "a" * 600, "😀 emoji 与 全角，标点", "Ünïcode\ttab"]
+
+
+def stored_keyword_vectors() -> dict:
+    """Digests of texts, and the stored keywords the gateway sends for hits of each shape."""
+    from jingpai.indexer.rerank_keywords import RERANK_KEYWORDS_FIELD, text_digest
+    from jingpai.plugin.gateway.source import stored_keywords
+
+    text = "中国GDP增长"
+    good = {"sha1": text_digest(text), "words": ["GDP", "中国"]}
+    sources: list[tuple[str, dict]] = [
+        ("stored", {"jingpai": {"rk": good}}),
+        ("dotted_key", {"jingpai.rk": good}),
+        ("other_text", {"jingpai": {"rk": {**good, "sha1": text_digest("另一段")}}}),
+        ("none_stored", {"title": text}),
+        ("no_words", {"jingpai": {"rk": {"sha1": good["sha1"]}}}),
+        ("words_not_strings", {"jingpai": {"rk": {**good, "words": ["GDP", 3]}}}),
+        ("words_not_a_list", {"jingpai": {"rk": {**good, "words": "GDP"}}}),
+        ("not_an_object", {"jingpai": {"rk": "GDP"}}),
+        ("empty_words", {"jingpai": {"rk": {**good, "words": []}}}),
+    ]
+    cases = [{"name": name, "source": source, "field": RERANK_KEYWORDS_FIELD, "text": text,
+              "words": stored_keywords({"_source": source}, RERANK_KEYWORDS_FIELD, text)} for name, source in sources]
+    return {"about": "text_digest (16 hex digits of the SHA-1 of the UTF-8 text) and stored_keywords(hit, field, text) of the gateway",
+            "digests": [{"text": t, "digest": text_digest(t)} for t in STORED_TEXTS], "cases": cases}
+
+
 GENERATORS = {"fusion.json": fusion_vectors, "paging.json": paging_vectors, "augment.json": augment_vectors,
-              "overrides.json": override_vectors}
+              "overrides.json": override_vectors, "stored_keywords.json": stored_keyword_vectors}
 
 
 def _write() -> None:

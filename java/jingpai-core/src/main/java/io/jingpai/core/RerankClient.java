@@ -164,11 +164,19 @@ public class RerankClient {
      * other outcome is recorded by the breaker (as the gateway's client does).
      */
     public CompletableFuture<double[]> rerank(String query, List<String> texts) {
-        return slots.acquire(timeout.toMillis()).thenCompose(held -> guarded(query, texts));
+        return rerank(query, texts, null);
+    }
+
+    /**
+     * {@link #rerank(String, List)} with the texts' stored keywords: {@code keywords} is the request's {@code keywords}
+     * object ({@link StoredKeywords#request}: its {@code words} parallel to {@code texts}; null: none is sent).
+     */
+    public CompletableFuture<double[]> rerank(String query, List<String> texts, Map<String, Object> keywords) {
+        return slots.acquire(timeout.toMillis()).thenCompose(held -> guarded(query, texts, keywords));
     }
 
     /** The call with a slot held; the slot is given back before its outcome is told (so a caller sees it free). */
-    private CompletableFuture<double[]> guarded(String query, List<String> texts) {
+    private CompletableFuture<double[]> guarded(String query, List<String> texts, Map<String, Object> keywords) {
         if (!breaker.allow()) {
             slots.release();
             return CompletableFuture.failedFuture(
@@ -177,7 +185,7 @@ public class RerankClient {
         Call call = new Call(timeout);
         call.deadline = DEADLINES.schedule(() -> end(call, null, timedOut()), timeout.toMillis(), TimeUnit.MILLISECONDS);
         try {
-            call(query, texts, call).whenComplete((scores, exc) -> end(call, scores, exc == null ? null : failure(exc)));
+            call(query, texts, keywords, call).whenComplete((scores, exc) -> end(call, scores, exc == null ? null : failure(exc)));
         } catch (RuntimeException e) {
             end(call, null, failure(e));
         }
@@ -211,13 +219,14 @@ public class RerankClient {
         return new Unavailable("reranker_timeout", "no answer from " + url + " within " + timeout.toMillis() + " ms");
     }
 
-    private CompletableFuture<double[]> call(String query, List<String> texts, Call call) {
+    private CompletableFuture<double[]> call(String query, List<String> texts, Map<String, Object> keywords, Call call) {
         CompletableFuture<Void> ready = described ? CompletableFuture.completedFuture(null) : describe(call);
         return ready.thenCompose(ignored -> {
             int size = maxBatch != null ? maxBatch : Math.max(texts.size(), 1);
             List<CompletableFuture<double[]>> parts = new ArrayList<>();
             for (int i = 0; i < texts.size(); i += size) {
-                parts.add(post(query, texts.subList(i, Math.min(i + size, texts.size())), call));
+                int end = Math.min(i + size, texts.size());
+                parts.add(post(query, texts.subList(i, end), part(keywords, i, end), call));
             }
             return CompletableFuture.allOf(parts.toArray(new CompletableFuture<?>[0])).thenApply(v -> {
                 double[] out = new double[texts.size()];
@@ -325,9 +334,26 @@ public class RerankClient {
         }
     }
 
-    private CompletableFuture<double[]> post(String query, List<String> texts, Call call) {
-        byte[] body = Json.write(ordered("query", query, "texts", texts, "truncate", true, "raw_scores", false, "return_text", false))
-            .getBytes(StandardCharsets.UTF_8);
+    /** The {@code keywords} object of the texts {@code from} to {@code to} of a split call (null: none known there). */
+    private static Map<String, Object> part(Map<String, Object> keywords, int from, int to) {
+        if (keywords == null) {
+            return null;
+        }
+        List<?> words = ((List<?>) keywords.get("words")).subList(from, to);
+        if (words.stream().allMatch(w -> w == null)) {
+            return null;
+        }
+        Map<String, Object> out = new LinkedHashMap<>(keywords);
+        out.put("words", words);
+        return out;
+    }
+
+    private CompletableFuture<double[]> post(String query, List<String> texts, Map<String, Object> keywords, Call call) {
+        Map<String, Object> request = ordered("query", query, "texts", texts, "truncate", true, "raw_scores", false, "return_text", false);
+        if (keywords != null) {
+            request.put("keywords", keywords);
+        }
+        byte[] body = Json.write(request).getBytes(StandardCharsets.UTF_8);
         return exchange("/rerank", body, call).thenApply(resp -> scores(resp.status(), resp.contentType(), resp.body(), texts.size()));
     }
 

@@ -14,6 +14,7 @@ import io.jingpai.core.QueryRewriter;
 import io.jingpai.core.RerankClient;
 import io.jingpai.core.RerankPlan;
 import io.jingpai.core.RerankSlots;
+import io.jingpai.core.StoredKeywords;
 import io.jingpai.core.Window;
 import io.jingpai.core.Overrides;
 import java.net.URI;
@@ -55,7 +56,7 @@ public final class RerankProcessor {
      * mode, rerank fields and fusion (the pipeline's, or its ext.jingpai's).
      */
     public record Plan(String mode, String reason, int from, int size, int window, String queryText, SourceFold source, Fusion fusion,
-                       Map<String, Object> augment) {
+                       Map<String, Object> augment, boolean keywords) {
         /** the document fields sent to the reranker */
         public List<String> fields() {
             return source.fields();
@@ -63,7 +64,29 @@ public final class RerankProcessor {
 
         /** This plan with the search's _source filter folded in (the window must return the rerank fields). */
         public Plan folded(org.opensearch.search.fetch.subphase.FetchSourceContext ctx) {
-            return new Plan(mode, reason, from, size, window, queryText, SourceFold.fold(ctx, source.fields()), fusion, augment);
+            return folded(ctx, null);
+        }
+
+        /**
+         * {@link #folded(org.opensearch.search.fetch.subphase.FetchSourceContext)}, the window also fetching the stored
+         * keywords at {@code keywordsField} (null: none stored) for the reranker's request, never reranked on as text
+         * unless a rerank field: {@link #keywords} says whether the filter lets them come (the gateway's plan.py).
+         */
+        public Plan folded(org.opensearch.search.fetch.subphase.FetchSourceContext ctx, String keywordsField) {
+            if (keywordsField == null) {
+                return new Plan(mode, reason, from, size, window, queryText, SourceFold.fold(ctx, source.fields()), fusion, augment, false);
+            }
+            if (source.fields().contains(keywordsField)) {
+                SourceFold fold = SourceFold.fold(ctx, source.fields());
+                return new Plan(mode, reason, from, size, window, queryText, fold, fusion, augment, fold.fields().contains(keywordsField));
+            }
+            List<String> with = new ArrayList<>(source.fields());
+            with.add(keywordsField);
+            SourceFold fold = SourceFold.fold(ctx, with);
+            boolean fetched = fold.fields().contains(keywordsField);
+            SourceFold reranked = new SourceFold(fold.fields().stream().filter(f -> !f.equals(keywordsField)).toList(), fold.added(), fold.drop(),
+                fold.fetch());
+            return new Plan(mode, reason, from, size, window, queryText, reranked, fusion, augment, fetched);
         }
 
         /** the hits asked of the engine from 0 when the window is reranked: the window, or the whole page when it ends past it */
@@ -84,12 +107,16 @@ public final class RerankProcessor {
                             Map<String, Object> augment) {
         RerankPlan p = RerankPlan.plan(settings.window(), settings.maxWindow(), settings.fields(), settings.fusion(), overrides, shapeReason,
             from, size, rewriteQueryText, "the pipeline's");
-        return new Plan(p.mode(), p.reason(), from, size, p.window(), p.queryText(), SourceFold.none(p.fields()), p.fusion(), augment);
+        return new Plan(p.mode(), p.reason(), from, size, p.window(), p.queryText(), SourceFold.none(p.fields()), p.fusion(), augment, false);
     }
 
-    /** The settings of one jingpai_rerank (defaults: the gateway's). */
+    /**
+     * The settings of one jingpai_rerank (defaults: the gateway's); {@code rerankKeywords}: how the index stored its
+     * rerank keywords ({@code jingpai index --rerank-keywords}; null: none, nothing is sent with the texts).
+     */
     public record Settings(String url, int window, int maxWindow, List<String> fields, int docChars, int timeoutMs, Fusion fusion,
-                           int breakerFailures, double breakerResetS, int rerankConcurrency, long maxAnswerBytes) {
+                           int breakerFailures, double breakerResetS, int rerankConcurrency, long maxAnswerBytes,
+                           StoredKeywords rerankKeywords) {
         static Settings read(String tag, Map<String, Object> config, List<String> allowedHosts) {
             String url = ConfigurationUtils.readStringProperty(TYPE, tag, config, "reranker_url");
             String host = URI.create(url).getHost();
@@ -117,9 +144,10 @@ public final class RerankProcessor {
                 "reranker calls in flight at once on this node");
             long maxAnswerBytes = positiveInteger(tag, config.remove("max_answer_bytes"), "max_answer_bytes", (int) Answers.DEFAULT_MAX_BYTES,
                 "the largest reranker answer read; a larger one fails open");
+            StoredKeywords stored = rerankKeywords(tag, config.remove("rerank_keywords"));
             try {
                 return new Settings(url, window, maxWindow, fields, docChars, timeoutMs, new Fusion(mode, weight, rrfK), breakerFailures,
-                    breakerResetS, concurrency, maxAnswerBytes);
+                    breakerResetS, concurrency, maxAnswerBytes, stored);
             } catch (IllegalArgumentException e) {
                 throw ConfigurationUtils.newConfigurationException(TYPE, tag, "fusion", e.getMessage());
             }
@@ -128,6 +156,32 @@ public final class RerankProcessor {
         /** A setting's value as a number (a JSON number or a numeric string); NaN when it is neither (the caller names it). */
         static double numberOrNaN(Object value) {
             return Overrides.numberOrNaN(value);
+        }
+
+        /**
+         * rerank_keywords: {@code {"field": "jingpai.rk", "dict_version": …, "top_k": …}} as the index's
+         * {@code _meta.jingpai.rerank_keywords} says (jingpai pipeline writes it), or absent.
+         */
+        static StoredKeywords rerankKeywords(String tag, Object value) {
+            if (value == null) {
+                return null;
+            }
+            if (!(value instanceof Map<?, ?> map) || !(map.get("dict_version") instanceof String version) || version.isEmpty()) {
+                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "rerank_keywords",
+                    "must be an object {\"field\", \"dict_version\", \"top_k\"} (the index's _meta.jingpai.rerank_keywords), got " + value);
+            }
+            Object field = map.containsKey("field") ? map.get("field") : "jingpai.rk";
+            if (!(field instanceof String f) || f.isEmpty()) {
+                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "rerank_keywords",
+                    "field must be the document field holding the stored keywords, got " + field);
+            }
+            int topK = positiveInteger(tag, map.get("top_k"), "rerank_keywords.top_k", 20, "keywords kept per document");
+            Object unknown = map.keySet().stream().filter(k -> !List.of("field", "dict_version", "top_k").contains(k)).findFirst().orElse(null);
+            if (unknown != null) {
+                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "rerank_keywords",
+                    "unknown key " + unknown + "; expected field, dict_version, top_k");
+            }
+            return new StoredKeywords(f, version, topK);
         }
 
         /** breaker_failures: consecutive reranker failures that open the breaker, an integer >= 1 (default 3). */
@@ -229,7 +283,7 @@ public final class RerankProcessor {
             if (plan.reason() == null) {
                 src.from(0);
                 src.size(plan.engineSize());
-                plan = plan.folded(src.fetchSource());
+                plan = plan.folded(src.fetchSource(), settings.rerankKeywords() == null ? null : settings.rerankKeywords().field());
                 if (plan.source().fetch() != null) {
                     src.fetchSource(plan.source().fetch());
                 }
@@ -292,8 +346,18 @@ public final class RerankProcessor {
                     listener.onResponse(withExt(response, enginePage(response, plan), info(plan, "no_document_text", Map.of())));
                     return;
                 }
+                Map<String, Object> keywords = null;
+                StoredKeywords stored = settings.rerankKeywords();
+                if (stored != null && plan.keywords()) {
+                    // sent only where the stored digest is that of the text sent (as the gateway's finish.py)
+                    List<List<String>> words = new ArrayList<>();
+                    for (int i = 0; i < w; i++) {
+                        words.add(StoredKeywords.of(hits[i].getSourceAsMap(), stored.field(), texts.get(i)));
+                    }
+                    keywords = stored.request(words);
+                }
                 long started = System.nanoTime();
-                client.rerank(plan.queryText(), texts).whenComplete((scores, exc) -> {
+                client.rerank(plan.queryText(), texts, keywords).whenComplete((scores, exc) -> {
                     double took = Math.round((System.nanoTime() - started) / 1e4) / 100.0;
                     try {
                         if (exc != null) {

@@ -95,6 +95,10 @@ public record SourceFold(List<String> fields, List<String> added, boolean drop, 
         }
     }
 
+    /**
+     * Remove the value at a dotted {@code path} (a flat dotted key first), and the objects it leaves empty (the engines
+     * return no empty object for a source filter, so one left here held only what was removed: the gateway's pop_path).
+     */
     @SuppressWarnings("unchecked")
     static void popPath(Map<String, Object> source, String path) {
         if (source.containsKey(path)) {
@@ -102,12 +106,20 @@ public record SourceFold(List<String> fields, List<String> added, boolean drop, 
             return;
         }
         String[] parts = path.split("\\.");
-        Object node = source;
-        for (int i = 0; i < parts.length - 1 && node != null; i++) {
-            node = node instanceof Map<?, ?> m ? m.get(parts[i]) : null;
+        List<Object> nodes = new ArrayList<>();
+        nodes.add(source);
+        for (int i = 0; i < parts.length - 1; i++) {
+            Object last = nodes.get(nodes.size() - 1);
+            nodes.add(last instanceof Map<?, ?> m ? m.get(parts[i]) : null);
         }
-        if (node instanceof Map<?, ?> m) {
-            ((Map<String, Object>) m).remove(parts[parts.length - 1]);
+        if (!(nodes.get(nodes.size() - 1) instanceof Map<?, ?> leaf) || !leaf.containsKey(parts[parts.length - 1])) {
+            return;
+        }
+        ((Map<String, Object>) leaf).remove(parts[parts.length - 1]);
+        for (int depth = parts.length - 1; depth > 0; depth--) {
+            if (nodes.get(depth) instanceof Map<?, ?> m && m.isEmpty()) {
+                ((Map<String, Object>) nodes.get(depth - 1)).remove(parts[depth - 1]);
+            }
         }
     }
 }

@@ -35,7 +35,7 @@ class OverridesTest {
         return new RerankProcessor.Settings("http://127.0.0.1:8081", ((Number) s.get("window")).intValue(),
             ((Number) s.get("max_window")).intValue(), (List<String>) s.get("fields"), 512, 3000, Vectors.fusion(s.get("fusion")),
             CircuitBreaker.DEFAULT_FAILURES, CircuitBreaker.DEFAULT_RESET_S, RerankSlots.DEFAULT_CONCURRENCY,
-            Answers.DEFAULT_MAX_BYTES);
+            Answers.DEFAULT_MAX_BYTES, null);
     }
 
     @Test

@@ -55,4 +55,16 @@ class ProcessorSettingsTest {
         }
     }
 
+    @Test
+    void rerankKeywordsAreReadFromThePipeline() {
+        assertEquals(null, read(Map.of()).rerankKeywords());
+        RerankProcessor.Settings given = read(Map.of("rerank_keywords", Map.of("field", "jingpai.rk", "dict_version", "ab92f406a575", "top_k", 20)));
+        assertEquals(new io.jingpai.core.StoredKeywords("jingpai.rk", "ab92f406a575", 20), given.rerankKeywords());
+        assertEquals("jingpai.rk", read(Map.of("rerank_keywords", Map.of("dict_version", "v1"))).rerankKeywords().field());
+        for (Object bad : List.of("jingpai.rk", Map.of("field", "jingpai.rk"), Map.of("dict_version", "v1", "top_k", 0),
+                                  Map.of("dict_version", "v1", "fields", "x"))) {
+            OpenSearchParseException e = assertThrows(OpenSearchParseException.class, () -> read(Map.of("rerank_keywords", bad)));
+            assertTrue(e.getMessage().contains("rerank_keywords"), e.getMessage());
+        }
+    }
 }
