@@ -7,7 +7,6 @@
  */
 package io.jingpai.opensearch;
 
-import io.jingpai.core.Answers;
 import io.jingpai.core.CircuitBreaker;
 import io.jingpai.core.Fusion;
 import io.jingpai.core.QueryRewriter;
@@ -17,7 +16,6 @@ import io.jingpai.core.RerankSlots;
 import io.jingpai.core.StoredKeywords;
 import io.jingpai.core.Window;
 import io.jingpai.core.Overrides;
-import java.net.URI;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.LinkedHashMap;
@@ -29,7 +27,6 @@ import org.opensearch.action.search.SearchRequest;
 import org.opensearch.action.search.SearchResponse;
 import org.opensearch.action.search.SearchResponseSections;
 import org.opensearch.core.action.ActionListener;
-import org.opensearch.ingest.ConfigurationUtils;
 import org.opensearch.search.SearchExtBuilder;
 import org.opensearch.search.SearchHit;
 import org.opensearch.search.SearchHits;
@@ -103,121 +100,15 @@ public final class RerankProcessor {
      * @param rewriteQueryText the full-text clauses' texts (jingpai_keywords), "" when none
      * @throws IllegalArgumentException ext.jingpai.window over the pipeline's max_window (HTTP 400, as the gateway)
      */
-    public static Plan plan(Settings settings, Overrides overrides, String shapeReason, int from, int size, String rewriteQueryText,
+    public static Plan plan(RerankSettings settings, Overrides overrides, String shapeReason, int from, int size, String rewriteQueryText,
                             Map<String, Object> augment) {
         RerankPlan p = RerankPlan.plan(settings.window(), settings.maxWindow(), settings.fields(), settings.fusion(), overrides, shapeReason,
             from, size, rewriteQueryText, "the pipeline's");
         return new Plan(p.mode(), p.reason(), from, size, p.window(), p.queryText(), SourceFold.none(p.fields()), p.fusion(), augment, false);
     }
 
-    /**
-     * The settings of one jingpai_rerank (defaults: the gateway's); {@code rerankKeywords}: how the index stored its
-     * rerank keywords ({@code jingpai index --rerank-keywords}; null: none, nothing is sent with the texts).
-     */
-    public record Settings(String url, int window, int maxWindow, List<String> fields, int docChars, int timeoutMs, Fusion fusion,
-                           int breakerFailures, double breakerResetS, int rerankConcurrency, long maxAnswerBytes,
-                           StoredKeywords rerankKeywords) {
-        static Settings read(String tag, Map<String, Object> config, List<String> allowedHosts) {
-            String url = ConfigurationUtils.readStringProperty(TYPE, tag, config, "reranker_url");
-            String host = URI.create(url).getHost();
-            if (!allowedHosts.contains("*") && (host == null || !allowedHosts.contains(host))) {
-                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "reranker_url",
-                    "host " + host + " is not in the node setting jingpai.reranker.allowed_hosts " + allowedHosts);
-            }
-            int window = KeywordsProcessor.number(config.remove("window"), 20).intValue();
-            int maxWindow = KeywordsProcessor.number(config.remove("max_window"), 500).intValue();
-            if (window < 1 || window > maxWindow) {
-                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "window", "must be in [1, max_window]");
-            }
-            List<String> fields = KeywordsProcessor.strings(config.remove("fields"));
-            if (fields.isEmpty()) {
-                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "fields", "the document fields sent to the reranker are required");
-            }
-            int docChars = KeywordsProcessor.number(config.remove("doc_chars"), 512).intValue();
-            int timeoutMs = KeywordsProcessor.number(config.remove("timeout_ms"), 3000).intValue();
-            String mode = ConfigurationUtils.readStringProperty(TYPE, tag, config, "fusion", "linear");
-            double weight = KeywordsProcessor.number(config.remove("fusion_weight"), 0.5).doubleValue();
-            int rrfK = KeywordsProcessor.number(config.remove("rrf_k"), 60).intValue();
-            int breakerFailures = breakerFailures(tag, config.remove("breaker_failures"));
-            double breakerResetS = breakerResetS(tag, config.remove("breaker_reset_s"));
-            int concurrency = positiveInteger(tag, config.remove("rerank_concurrency"), "rerank_concurrency", RerankSlots.DEFAULT_CONCURRENCY,
-                "reranker calls in flight at once on this node");
-            long maxAnswerBytes = positiveInteger(tag, config.remove("max_answer_bytes"), "max_answer_bytes", (int) Answers.DEFAULT_MAX_BYTES,
-                "the largest reranker answer read; a larger one fails open");
-            StoredKeywords stored = rerankKeywords(tag, config.remove("rerank_keywords"));
-            try {
-                return new Settings(url, window, maxWindow, fields, docChars, timeoutMs, new Fusion(mode, weight, rrfK), breakerFailures,
-                    breakerResetS, concurrency, maxAnswerBytes, stored);
-            } catch (IllegalArgumentException e) {
-                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "fusion", e.getMessage());
-            }
-        }
-
-        /** A setting's value as a number (a JSON number or a numeric string); NaN when it is neither (the caller names it). */
-        static double numberOrNaN(Object value) {
-            return Overrides.numberOrNaN(value);
-        }
-
-        /**
-         * rerank_keywords: {@code {"field": "jingpai.rk", "dict_version": …, "top_k": …}} as the index's
-         * {@code _meta.jingpai.rerank_keywords} says (jingpai pipeline writes it), or absent.
-         */
-        static StoredKeywords rerankKeywords(String tag, Object value) {
-            if (value == null) {
-                return null;
-            }
-            if (!(value instanceof Map<?, ?> map) || !(map.get("dict_version") instanceof String version) || version.isEmpty()) {
-                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "rerank_keywords",
-                    "must be an object {\"field\", \"dict_version\", \"top_k\"} (the index's _meta.jingpai.rerank_keywords), got " + value);
-            }
-            Object field = map.containsKey("field") ? map.get("field") : "jingpai.rk";
-            if (!(field instanceof String f) || f.isEmpty()) {
-                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "rerank_keywords",
-                    "field must be the document field holding the stored keywords, got " + field);
-            }
-            int topK = positiveInteger(tag, map.get("top_k"), "rerank_keywords.top_k", 20, "keywords kept per document");
-            Object unknown = map.keySet().stream().filter(k -> !List.of("field", "dict_version", "top_k").contains(k)).findFirst().orElse(null);
-            if (unknown != null) {
-                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "rerank_keywords",
-                    "unknown key " + unknown + "; expected field, dict_version, top_k");
-            }
-            return new StoredKeywords(f, version, topK);
-        }
-
-        /** breaker_failures: consecutive reranker failures that open the breaker, an integer >= 1 (default 3). */
-        static int breakerFailures(String tag, Object value) {
-            return positiveInteger(tag, value, "breaker_failures", CircuitBreaker.DEFAULT_FAILURES,
-                "consecutive reranker failures that open the circuit breaker");
-        }
-
-        /** An integer setting >= 1 ({@code fallback} when not given); the error names it and says what it is. */
-        static int positiveInteger(String tag, Object value, String name, int fallback, String what) {
-            if (value == null) {
-                return fallback;
-            }
-            double v = numberOrNaN(value);
-            if (!(v >= 1) || v != Math.rint(v) || v > Integer.MAX_VALUE) {
-                throw ConfigurationUtils.newConfigurationException(TYPE, tag, name, "must be an integer >= 1 (" + what + "), got " + value);
-            }
-            return (int) v;
-        }
-
-        /** breaker_reset_s: seconds an open breaker waits before one probe request, a number > 0 (default 10). */
-        static double breakerResetS(String tag, Object value) {
-            if (value == null) {
-                return CircuitBreaker.DEFAULT_RESET_S;
-            }
-            double v = numberOrNaN(value);
-            if (!(v > 0) || Double.isInfinite(v)) {
-                throw ConfigurationUtils.newConfigurationException(TYPE, tag, "breaker_reset_s",
-                    "must be a number of seconds > 0 (how long an open circuit breaker waits before a probe request), got " + value);
-            }
-            return v;
-        }
-    }
-
     /** Why a search is not reranked because of its shape (shape_reason), or null. */
-    static String shapeReason(SearchRequest request, Settings settings) {
+    static String shapeReason(SearchRequest request, RerankSettings settings) {
         SearchSourceBuilder src = request.source();
         if (request.scroll() != null) {
             return "scroll";
@@ -251,9 +142,9 @@ public final class RerankProcessor {
 
     /** The request half: asks the engine for the window from 0. */
     public static final class Request extends AbstractProcessor implements SearchRequestProcessor {
-        private final Settings settings;
+        private final RerankSettings settings;
 
-        Request(String tag, String description, boolean ignoreFailure, Settings settings) {
+        Request(String tag, String description, boolean ignoreFailure, RerankSettings settings) {
             super(tag, description, ignoreFailure);
             this.settings = settings;
         }
@@ -295,10 +186,10 @@ public final class RerankProcessor {
 
     /** The response half: reranks the window, fuses, cuts the page, adds ext.jingpai. */
     public static final class Response extends AbstractProcessor implements SearchResponseProcessor {
-        private final Settings settings;
+        private final RerankSettings settings;
         private final RerankClient client;
 
-        Response(String tag, String description, boolean ignoreFailure, Settings settings, RerankClient client) {
+        Response(String tag, String description, boolean ignoreFailure, RerankSettings settings, RerankClient client) {
             super(tag, description, ignoreFailure);
             this.settings = settings;
             this.client = client;
@@ -452,7 +343,7 @@ public final class RerankProcessor {
         @Override
         public Request create(Map<String, Processor.Factory<SearchRequestProcessor>> factories, String tag, String description,
                               boolean ignoreFailure, Map<String, Object> config, Processor.PipelineContext pipelineContext) {
-            return new Request(tag, description, ignoreFailure, Settings.read(tag, config, allowedHosts));
+            return new Request(tag, description, ignoreFailure, RerankSettings.read(tag, config, allowedHosts));
         }
     }
 
@@ -466,7 +357,7 @@ public final class RerankProcessor {
         @Override
         public Response create(Map<String, Processor.Factory<SearchResponseProcessor>> factories, String tag, String description,
                                boolean ignoreFailure, Map<String, Object> config, Processor.PipelineContext pipelineContext) {
-            Settings settings = Settings.read(tag, config, allowedHosts);
+            RerankSettings settings = RerankSettings.read(tag, config, allowedHosts);
             CircuitBreaker breaker = CircuitBreaker.shared(settings.url(), settings.breakerFailures(), settings.breakerResetS());
             RerankSlots slots = RerankSlots.shared(settings.url(), settings.rerankConcurrency());
             return new Response(tag, description, ignoreFailure, settings, new RerankClient(settings.url(), settings.timeoutMs(), breaker, slots,

@@ -14,8 +14,8 @@ class MaxAnswerBytesTest {
     @Test
     void theDefaultBoundIsTheGatewaysAndAPipelineMaySetIt() {
         Map<String, Object> config = new HashMap<>(Map.of("reranker_url", "http://127.0.0.1:1", "fields", List.of("title")));
-        assertEquals(Answers.DEFAULT_MAX_BYTES, RerankProcessor.Settings.read("t", new HashMap<>(config), List.of("127.0.0.1")).maxAnswerBytes());
+        assertEquals(Answers.DEFAULT_MAX_BYTES, RerankSettings.read("t", new HashMap<>(config), List.of("127.0.0.1")).maxAnswerBytes());
         config.put("max_answer_bytes", 4096);
-        assertEquals(4096, RerankProcessor.Settings.read("t", config, List.of("127.0.0.1")).maxAnswerBytes());
+        assertEquals(4096, RerankSettings.read("t", config, List.of("127.0.0.1")).maxAnswerBytes());
     }
 }

@@ -31,8 +31,8 @@ import org.opensearch.search.fetch.subphase.FetchSourceContext;
 /** overrides.json: a search's ext.jingpai is read and planned as the gateway reads and plans it. */
 class OverridesTest {
     @SuppressWarnings("unchecked")
-    static RerankProcessor.Settings settings(Map<String, Object> s) {
-        return new RerankProcessor.Settings("http://127.0.0.1:8081", ((Number) s.get("window")).intValue(),
+    static RerankSettings settings(Map<String, Object> s) {
+        return new RerankSettings("http://127.0.0.1:8081", ((Number) s.get("window")).intValue(),
             ((Number) s.get("max_window")).intValue(), (List<String>) s.get("fields"), 512, 3000, Vectors.fusion(s.get("fusion")),
             CircuitBreaker.DEFAULT_FAILURES, CircuitBreaker.DEFAULT_RESET_S, RerankSlots.DEFAULT_CONCURRENCY,
             Answers.DEFAULT_MAX_BYTES, null);
@@ -42,7 +42,7 @@ class OverridesTest {
     @SuppressWarnings("unchecked")
     void overrideVectors() throws Exception {
         Map<String, Object> vectors = Vectors.read("overrides.json");
-        RerankProcessor.Settings settings = settings((Map<String, Object>) vectors.get("settings"));
+        RerankSettings settings = settings((Map<String, Object>) vectors.get("settings"));
         List<?> cases = (List<?>) vectors.get("cases");
         assertTrue(cases.size() >= 30, "expected the full override vector set");
         for (Object c : cases) {

@@ -16,10 +16,10 @@ import org.opensearch.OpenSearchParseException;
 class ProcessorSettingsTest {
     @Test
     void processorSettings() {
-        RerankProcessor.Settings defaults = read(Map.of());
+        RerankSettings defaults = read(Map.of());
         assertEquals(3, defaults.breakerFailures());
         assertEquals(10.0, defaults.breakerResetS());
-        RerankProcessor.Settings given = read(Map.of("breaker_failures", 5, "breaker_reset_s", 2.5));
+        RerankSettings given = read(Map.of("breaker_failures", 5, "breaker_reset_s", 2.5));
         assertEquals(5, given.breakerFailures());
         assertEquals(2.5, given.breakerResetS());
         assertEquals(7, read(Map.of("breaker_failures", "7")).breakerFailures());
@@ -33,24 +33,24 @@ class ProcessorSettingsTest {
         }
     }
 
-    private static RerankProcessor.Settings read(Map<String, Object> extra) {
+    private static RerankSettings read(Map<String, Object> extra) {
         Map<String, Object> config = new HashMap<>(Map.of("reranker_url", "http://127.0.0.1:1", "fields", List.of("title")));
         config.putAll(extra);
-        return RerankProcessor.Settings.read("t", config, List.of("127.0.0.1"));
+        return RerankSettings.read("t", config, List.of("127.0.0.1"));
     }
 
 
     @Test
     void rerankConcurrencyIsReadFromThePipeline() {
         Map<String, Object> config = new HashMap<>(Map.of("reranker_url", "http://127.0.0.1:1", "fields", List.of("title")));
-        assertEquals(RerankSlots.DEFAULT_CONCURRENCY, RerankProcessor.Settings.read("t", new HashMap<>(config), List.of("127.0.0.1"))
+        assertEquals(RerankSlots.DEFAULT_CONCURRENCY, RerankSettings.read("t", new HashMap<>(config), List.of("127.0.0.1"))
             .rerankConcurrency());
         config.put("rerank_concurrency", 2);
-        assertEquals(2, RerankProcessor.Settings.read("t", new HashMap<>(config), List.of("127.0.0.1")).rerankConcurrency());
+        assertEquals(2, RerankSettings.read("t", new HashMap<>(config), List.of("127.0.0.1")).rerankConcurrency());
         for (Object bad : List.of(0, 1.5, "many")) {
             config.put("rerank_concurrency", bad);
             OpenSearchParseException e = assertThrows(OpenSearchParseException.class,
-                () -> RerankProcessor.Settings.read("t", new HashMap<>(config), List.of("127.0.0.1")));
+                () -> RerankSettings.read("t", new HashMap<>(config), List.of("127.0.0.1")));
             assertTrue(e.getMessage().contains("rerank_concurrency") && e.getMessage().contains("integer >= 1"), e.getMessage());
         }
     }
@@ -58,7 +58,7 @@ class ProcessorSettingsTest {
     @Test
     void rerankKeywordsAreReadFromThePipeline() {
         assertEquals(null, read(Map.of()).rerankKeywords());
-        RerankProcessor.Settings given = read(Map.of("rerank_keywords", Map.of("field", "jingpai.rk", "dict_version", "ab92f406a575", "top_k", 20)));
+        RerankSettings given = read(Map.of("rerank_keywords", Map.of("field", "jingpai.rk", "dict_version", "ab92f406a575", "top_k", 20)));
         assertEquals(new io.jingpai.core.StoredKeywords("jingpai.rk", "ab92f406a575", 20), given.rerankKeywords());
         assertEquals("jingpai.rk", read(Map.of("rerank_keywords", Map.of("dict_version", "v1"))).rerankKeywords().field());
         for (Object bad : List.of("jingpai.rk", Map.of("field", "jingpai.rk"), Map.of("dict_version", "v1", "top_k", 0),
