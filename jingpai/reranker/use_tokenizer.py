@@ -121,11 +121,13 @@ class UseTokenizer:
         plain = [self._table.plain(read) for read in reads]
         rest = [i for i, p in enumerate(plain) if not p]
         sizes, at = self._table.offsets([read for read, p in zip(reads, plain, strict=True) if p])
+        normalized: dict[int, str] = {}  # the normalised texts the normaliser was asked for anyway
         if rest:  # the normaliser's own offsets for the others, put in their places
             normed = self.sp.normalize([reads[i] for i in rest], with_offsets=True)
             parts = np.split(at, np.cumsum(sizes + 1)[:-1])
-            for i, (_, offsets) in zip(rest, normed, strict=True):
+            for i, (text, offsets) in zip(rest, normed, strict=True):
                 parts.insert(i, np.asarray(offsets, dtype=np.int64))
+                normalized[i] = text
             sizes = np.insert(sizes, np.asarray(rest) - np.arange(len(rest)), [len(n) for n, _ in normed])
             at = np.concatenate(parts)
         counts = np.fromiter((len(seq) for seq, _ in kept), dtype=np.int64, count=len(kept))
@@ -137,7 +139,7 @@ class UseTokenizer:
         totals = np.bincount(owner, weights=lengths, minlength=len(kept))
         for t in np.flatnonzero(totals != sizes).tolist():
             lo, (seq, read) = int(first[t]), kept[t]
-            lengths[lo : lo + len(seq)] = self._lengths(seq, read, self.sp.normalize(read))
+            lengths[lo : lo + len(seq)] = self._lengths(seq, read, normalized[t] if t in normalized else self.sp.normalize(read))
         done = np.concatenate([[0], np.cumsum(lengths)])
         ends = done[1:] - np.repeat(done[first], counts)  # in each normalised text
         begins = ends - lengths
