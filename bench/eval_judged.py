@@ -79,7 +79,7 @@ class JudgedSpec:
 
 
 SETS: dict[str, JudgedSpec] = {
-    "a14": JudgedSpec("A14 stock news", ("nDCG@10", "MAP"), ("a14-bge-cross", "a14-bge-bertca", "a14-bge-kwbert"), zh_dictionary, ZH_DICTIONARY_SOURCES, 100),
+    "a14": JudgedSpec("A14 stock news", ("nDCG@10", "MAP"), ("a14-bge-cross", "a14-bge-bertca", "a14-bge-kwbert", "a14-bge-cross-mark"), zh_dictionary, ZH_DICTIONARY_SOURCES, 100),
     "qbqtc": JudgedSpec("QBQTC", ("nDCG@10",), ("qbqtc-bge-cross", "qbqtc-bge-bi"), zh_dictionary, ZH_DICTIONARY_SOURCES, 50),
     "kuake": JudgedSpec("KUAKE-QTR", ("nDCG@3", "nDCG@10", jm.TOP_GRADE_MRR), ("kuake-bge-cross", "kuake-bge-bi"), medical_dictionary,
                         "jingpai dict build: THUCNews titles 10 domains + KUAKE-QTR train queries and their judged titles", 30),

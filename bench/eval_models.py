@@ -382,6 +382,9 @@ def _judged_recipe(arch: str, folder: tuple[str, ...], config: dict[str, Any]) -
 RECIPES["zh-bge-zeroshot"] = Recipe("bi", (), None, base="bge-small-zh", command="(no training: Reranker.load('bge-small-zh'))")
 RECIPES["a14-bge-cross"] = _judged_recipe("cross", A14, {"max_length": 128})
 RECIPES["a14-bge-bertca"] = _judged_recipe("bertca", A14, BGE_BERTCA)
+# the cross-encoder reading each occurrence of the short name wrapped in a marker (^新华网^北京电; jingpai.reranker.mentions):
+# the entity markers of relation classification, so the model attends to what the name means where it stands
+RECIPES["a14-bge-cross-mark"] = _judged_recipe("cross", A14, {"max_length": 128, "mark_mentions": "^"})
 # seed 001's keyword-attentive layer on bge-small-zh, with keywords from the A14 dictionary (new words over the passages,
 # unsupervised); 287 steps, the budget its cross-encoder comparison in docs/models.md used
 RECIPES["a14-bge-kwbert"] = replace(

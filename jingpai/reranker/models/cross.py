@@ -32,6 +32,7 @@ from typing import Any, Literal
 import torch
 
 from jingpai.reranker.base import ModelLoadError, Pair, Reranker, RerankerConfig
+from jingpai.reranker.mentions import check_marker, mark_pairs
 from jingpai.reranker.pair_encoding import PairEncoder
 
 logger = logging.getLogger(__name__)
@@ -136,14 +137,21 @@ class CrossConfig(RerankerConfig):
             score is ``logit1 - logit0``).
         activation: applied to the raw score: ``identity`` (a logit) or ``sigmoid`` (a probability;
             for two logits the softmax probability of label 1).
+        mark_mentions: a marker character wrapped around each occurrence of the query's mention in the document
+            before tokenizing (``^新华网^北京电``; :mod:`jingpai.reranker.mentions`), for entity queries such as
+            A14's ``short name（full name）``; ``None``: documents as they are. Part of the saved model, so serving
+            marks exactly as training did.
     """
 
     base: str | None = None
     max_label: float = 1.0
     num_logits: int = 1
     activation: Activation = "identity"
+    mark_mentions: str | None = None
 
     def __post_init__(self) -> None:
+        if self.mark_mentions is not None:
+            check_marker(self.mark_mentions)
         if self.num_logits not in (1, 2):
             raise ValueError(f"num_logits must be 1 or 2, got {self.num_logits}")
         if self.activation not in ACTIVATIONS:
@@ -226,14 +234,16 @@ class CrossEncoderReranker(Reranker):
         return dropped
 
     def featurize(self, pairs: Sequence[Pair]) -> dict[str, torch.Tensor]:
-        return self._finish(self._pair_encoder()(pairs, max_length=self.config.max_length))
+        return self._finish(self._pair_encoder()(mark_pairs(pairs, self.config.mark_mentions), max_length=self.config.max_length))
 
     @property
     def reads_pair_encodings(self) -> bool:
-        return self._pair_encoder().fast
+        # the service joins the encodings of the texts it measured; marked documents are other texts, so a marking
+        # model is given the pairs as text (featurize marks them)
+        return self.config.mark_mentions is None and self._pair_encoder().fast
 
     def pair_encodings(self, pairs: Sequence[Pair]) -> list[Any]:
-        return self._pair_encoder().encode(pairs, max_length=self.config.max_length)
+        return self._pair_encoder().encode(mark_pairs(pairs, self.config.mark_mentions), max_length=self.config.max_length)
 
     def featurize_encodings(self, encodings: Sequence[Any]) -> dict[str, torch.Tensor]:
         return self._finish(self._pair_encoder().tensors(encodings))
